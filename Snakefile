@@ -1,0 +1,32 @@
+# ihsweep: when and why induction heads emerge during pretraining (see README.md).
+import os
+import sys
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+# The science lives in the package under workflow/; jobs import it from this checkout, so a
+# rule's code is always the code beside this Snakefile, installed or not.
+PACKAGE_DIR = os.path.join(workflow.basedir, "workflow")
+sys.path.insert(0, PACKAGE_DIR)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    filter(None, [PACKAGE_DIR, os.environ.get("PYTHONPATH")])
+)
+# Rules call `python`: the interpreter running Snakemake, unless --use-conda activates an env.
+os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])
+
+
+configfile: "config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/probe.smk"
+include: "workflow/rules/aggregate.smk"
+
+
+rule all:
+    input:
+        final_outputs(),

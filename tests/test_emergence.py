@@ -1,0 +1,224 @@
+"""ihsweep.emergence: known transitions are recovered, flat or late curves are "no transition".
+
+Synthetic metric curves on the default checkpoint schedule (tokens doubling from 62,500 to 1M,
+then every 250k to 6M: 25 checkpoints, log10 tokens 4.80 to 6.78), with Gaussian noise of sd
+0.02 from a fixed seed. Tolerance for a recovered point: 0.1 decades of tokens (a factor of
+1.26), against checkpoint gaps of 0.3 decades early and 0.02-0.1 late.
+"""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy.special import expit
+
+from ihsweep.emergence import TABLE_COLUMNS, detect, emergence_table, sustained_rise
+
+TOKENS = np.array([62_500 * 2**i for i in range(5)] + list(range(1_250_000, 6_000_001, 250_000)))
+X = np.log10(TOKENS)
+TOLERANCE = 0.1  # decades of tokens
+NOISE = 0.02
+
+
+def logistic(x0, k=15.0):
+    """Metric rising from 0.05 to 0.85 with midpoint x0 (log10 tokens), slope k per decade."""
+    return 0.05 + 0.8 * expit(k * (X - x0))
+
+
+def ramp(x1, width=None):
+    """Flat at 0.05 until x1, then linear; saturating at 0.85 after ``width`` decades if given."""
+    if width is None:  # a pure hinge: rises until the budget ends
+        return 0.05 + 0.6 * np.maximum(X - x1, 0.0)
+    return 0.05 + 0.8 * (np.clip(X, x1, x1 + width) - x1) / width
+
+
+def noisy(y, seed=0):
+    return y + np.random.default_rng(seed).normal(0.0, NOISE, len(y))
+
+
+def log_point(result):
+    return tuple(math.log10(result[k]) for k in ("tokens_pt", "tokens_lo", "tokens_hi"))
+
+
+@pytest.mark.parametrize("x0", [5.45, 5.85, 6.25, 6.55])
+def test_sigmoid_recovers_the_midpoint(x0):
+    result = detect(TOKENS, noisy(logistic(x0)), method="sigmoid")
+    assert result["emerged"] and result["reason"] == ""
+    point, lo, hi = log_point(result)
+    assert abs(point - x0) < TOLERANCE
+    assert lo <= x0 <= hi
+    assert hi - lo < 0.35  # at most about one checkpoint gap: the interval says something
+
+
+@pytest.mark.parametrize(
+    "x1, width", [(5.3, 0.4), (5.6, 0.4), (5.9, 0.3), (6.2, 0.3), (5.5, None), (6.45, None)]
+)
+def test_breakpoint_recovers_the_onset(x1, width):
+    result = detect(TOKENS, noisy(ramp(x1, width)), method="breakpoint")
+    assert result["emerged"] and result["reason"] == ""
+    point, lo, hi = log_point(result)
+    assert abs(point - x1) < TOLERANCE
+    assert lo <= x1 <= hi
+    assert hi - lo < 0.35
+
+
+@pytest.mark.parametrize(
+    "method, curve, truth",
+    [("sigmoid", logistic(6.2), 6.2), ("breakpoint", ramp(6.0, 0.3), 6.0)],
+)
+def test_interval_coverage_over_noise_draws(method, curve, truth):
+    # The intervals are approximate (profile F-bound, linearised covariance); across 20 noise
+    # draws they should still cover the truth most of the time and stay narrow.
+    covered, widths = 0, []
+    for seed in range(20):
+        point, lo, hi = log_point(detect(TOKENS, noisy(curve, seed), method=method))
+        assert abs(point - truth) < TOLERANCE
+        covered += lo <= truth <= hi
+        widths.append(hi - lo)
+    assert covered >= 16
+    assert np.median(widths) < 0.1
+
+
+@pytest.mark.parametrize("method", ["breakpoint", "sigmoid"])
+def test_wrong_point_lies_outside_the_interval(method):
+    # Guards against intervals so wide that the recovery tests cannot fail.
+    result = detect(TOKENS, noisy(ramp(6.1, 0.3) if method == "breakpoint" else logistic(6.2)))
+    result = detect(
+        TOKENS,
+        noisy(ramp(6.1, 0.3) if method == "breakpoint" else logistic(6.2)),
+        method=method,
+    )
+    _, lo, hi = log_point(result)
+    assert not lo <= 6.4 <= hi
+    assert not lo <= 5.9 <= hi
+
+
+@pytest.mark.parametrize("method", ["breakpoint", "sigmoid"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_flat_noise_does_not_emerge(method, seed):
+    result = detect(TOKENS, noisy(np.full(len(X), 0.05), seed), method=method)
+    assert result["emerged"] is False
+    assert all(math.isnan(result[k]) for k in ("tokens_pt", "tokens_lo", "tokens_hi"))
+    assert "min_rise" in result["reason"]
+    assert result["rise"] < 0.1
+    assert result["method"] == method
+
+
+@pytest.mark.parametrize("method", ["breakpoint", "sigmoid"])
+def test_jump_at_the_last_checkpoint_is_not_a_transition(method):
+    # Our rule: a rise seen at one checkpoint only is indistinguishable from noise.
+    y = noisy(np.full(len(X), 0.05))
+    y[-1] = 0.85
+    result = detect(TOKENS, y, method=method)
+    assert result["emerged"] is False
+    assert "single checkpoint" in result["reason"]
+
+
+def test_rise_over_the_last_two_checkpoints_emerges_just_before_them():
+    y = noisy(np.full(len(X), 0.05))
+    y[-2:] = 0.85
+    result = detect(TOKENS, y, method="breakpoint")
+    assert result["emerged"]
+    point, lo, hi = log_point(result)
+    assert X[-3] <= lo <= point <= hi <= X[-2]
+
+
+def test_sigmoid_midpoint_beyond_the_budget_is_not_emerged():
+    # Only the foot of the rise is visible (rise ~0.15); the midpoint lies after 6M tokens.
+    y = noisy(logistic(7.0, k=8.0))
+    assert sustained_rise(y) > 0.1
+    result = detect(TOKENS, y, method="sigmoid")
+    assert result["emerged"] is False
+    assert "end of the budget" in result["reason"]
+
+
+@pytest.mark.parametrize("method", ["breakpoint", "sigmoid"])
+def test_rise_from_the_first_checkpoint_is_left_censored(method):
+    result = detect(TOKENS, noisy(ramp(4.6, 0.6)), method=method)
+    assert result["emerged"] is False
+    assert "start of the budget" in result["reason"]
+
+
+def test_min_rise_decides():
+    y = 0.05 + 0.3 * (noisy(ramp(6.0, 0.3)) - 0.05) / 0.8  # rises by 0.3
+    assert detect(TOKENS, y, min_rise=0.1)["emerged"]
+    result = detect(TOKENS, y, min_rise=0.5)
+    assert not result["emerged"] and "min_rise 0.5" in result["reason"]
+
+
+def test_sustained_rise_ignores_single_spikes():
+    y = np.zeros(10)
+    y[4] = 1.0
+    assert sustained_rise(y) == 0.0
+    y[4:6] = 1.0
+    assert sustained_rise(y) == 1.0
+    assert sustained_rise(np.linspace(1.0, 0.0, 10)) == 0.0  # falling curves do not rise
+
+
+def test_missing_values_are_dropped_and_too_few_checkpoints_refused():
+    y = noisy(ramp(6.0, 0.3))
+    y[3] = np.nan
+    assert detect(TOKENS, y)["emerged"]
+    result = detect(TOKENS[:5], y[:5])
+    assert not result["emerged"] and "checkpoints" in result["reason"]
+
+
+def test_bad_input_raises():
+    with pytest.raises(ValueError, match="ascending"):
+        detect(TOKENS[::-1], logistic(6.0)[::-1])
+    with pytest.raises(ValueError, match="> 0"):
+        detect(np.r_[0, TOKENS[1:]], logistic(6.0))
+    with pytest.raises(ValueError, match="method"):
+        detect(TOKENS, logistic(6.0), method="threshold")
+
+
+def model_table_row(run_id, B, C, tokens, ps):
+    return {
+        "run_id": run_id,
+        "data": "synthetic",
+        "model": "tiny",
+        "n_params": 1000,
+        "batch_size": B,
+        "context_size": C,
+        "seed": 0,
+        "step": tokens // (B * C),
+        "tokens": tokens,
+        "ar_acc": ps,
+        "ar_rank": 1.0,
+        "ps_max": ps,
+        "la_max": ps,
+        "ps_la_corr": 0.0,
+        "val_loss": 5.0,
+        "train_loss": 5.0,
+    }
+
+
+def test_emergence_table_one_row_per_run_in_tokens_and_updates():
+    curves = {"run_b": (8, 32, noisy(ramp(6.0, 0.3))), "run_a": (16, 64, noisy(ramp(5.9, 0.3), 1))}
+    curves["run_c"] = (32, 32, noisy(np.full(len(X), 0.05), 2))
+    rows = [
+        model_table_row(rid, B, C, int(t), float(v))
+        for rid, (B, C, y) in curves.items()
+        for t, v in zip(TOKENS[::-1], y[::-1], strict=True)  # order must not matter
+    ]
+    rows.append(model_table_row("run_a", 16, 64, 0, 0.9))  # an init checkpoint: dropped
+    table = emergence_table(pd.DataFrame(rows), metric="ps_max", method="breakpoint")
+
+    assert list(table.columns) == TABLE_COLUMNS
+    assert list(table["run_id"]) == ["run_a", "run_b", "run_c"]
+    assert list(table["emerged"]) == [True, True, False]
+    assert (table["metric"] == "ps_max").all() and (table["method"] == "breakpoint").all()
+    for end in ("pt", "lo", "hi"):
+        expected = table[f"tokens_{end}"] / (table["batch_size"] * table["context_size"])
+        np.testing.assert_allclose(table[f"updates_{end}"], expected)
+    assert abs(math.log10(table.loc[0, "tokens_pt"]) - 5.9) < TOLERANCE
+    assert abs(math.log10(table.loc[1, "tokens_pt"]) - 6.0) < TOLERANCE
+    assert table.loc[2, ["tokens_pt", "updates_pt"]].isna().all()
+    assert table.loc[2, "reason"] != "" and (table.loc[:1, "reason"] == "").all()
+
+
+def test_emergence_table_rejects_a_missing_metric():
+    table = pd.DataFrame([model_table_row("r", 8, 32, 62_500, 0.1)]).drop(columns="la_max")
+    with pytest.raises(ValueError, match="la_max"):
+        emergence_table(table, metric="la_max")

@@ -1,0 +1,307 @@
+"""Known-answer tests for the probes of SPEC section 1 (ihsweep.probes)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from ihsweep.model import GPT, GPTConfig
+from ihsweep.probes import (
+    associative_recall,
+    logit_attribution,
+    make_probe_batch,
+    prefix_matching_score,
+    probe_model,
+)
+
+
+def uniform_causal_ps(s: int) -> float:
+    """PS of a head attending uniformly to all causal keys: mean over p = s..2s-1 of 1/(p+1)."""
+    return sum(1 / (p + 1) for p in range(s, 2 * s)) / s
+
+
+# --- prefix-matching score ------------------------------------------------------------------
+
+
+def one_hot_rows(T: int, key_of_row) -> torch.Tensor:
+    pattern = torch.zeros(T, T, dtype=torch.float64)
+    for p in range(T):
+        pattern[p, key_of_row(p)] = 1.0
+    return pattern
+
+
+def test_prefix_matching_score_hand_made_patterns():
+    s, T = 4, 8
+    prefix = one_hot_rows(T, lambda p: p - s + 1 if p >= s else 0)
+    duplicate = one_hot_rows(T, lambda p: p - s if p >= s else 0)  # earlier copy of A, not B
+    uniform = torch.ones(T, T, dtype=torch.float64).tril()
+    uniform = uniform / uniform.sum(dim=-1, keepdim=True)
+    mixed = 0.25 * prefix + 0.75 * one_hot_rows(T, lambda p: 0)
+
+    # [batch=2, head=4, T, T]; head 3 is a prefix head in sequence 0 only.
+    pattern = torch.stack(
+        [
+            torch.stack([prefix, uniform, duplicate, prefix]),
+            torch.stack([prefix, uniform, duplicate, mixed]),
+        ]
+    )
+    ps = prefix_matching_score(pattern, s)
+    expected = torch.tensor([1.0, uniform_causal_ps(s), 0.0, (1.0 + 0.25) / 2], dtype=torch.float64)
+    assert ps.shape == (4,)
+    torch.testing.assert_close(ps, expected, rtol=0, atol=1e-12)
+
+
+def uniform_attention_gpt(seed: int = 0) -> GPT:
+    """A real GPT whose every head attends uniformly to all causal keys (zero q and k)."""
+    torch.manual_seed(seed)
+    cfg = GPTConfig(vocab_size=50, n_ctx=64, n_layer=2, n_head=4, d_model=32)
+    model = GPT(cfg)
+    d = cfg.d_model
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.qkv.weight[: 2 * d].zero_()
+            block.attn.qkv.bias[: 2 * d].zero_()
+    return model
+
+
+def test_probe_model_uniform_attention_gives_closed_form_ps():
+    model = uniform_attention_gpt()
+    model.train()
+    batch = make_probe_batch(50, context_size=20, n_sequences=3)  # s = 10
+    heads, summary = probe_model(model, batch)
+
+    assert model.training, "probe_model must restore the model's training mode"
+    assert list(heads.columns) == ["layer", "head", "ps", "la"]
+    assert heads[["layer", "head"]].values.tolist() == [
+        [ly, h] for ly in range(2) for h in range(4)
+    ]
+    assert heads["layer"].dtype == np.int64 and heads["ps"].dtype == np.float64
+    np.testing.assert_allclose(heads["ps"], uniform_causal_ps(10), rtol=0, atol=1e-6)
+    assert summary["ps_max"] == pytest.approx(uniform_causal_ps(10), abs=1e-6)
+    assert set(summary) == {"ar_acc", "ar_rank", "ps_max", "la_max", "ps_la_corr"}
+    assert all(isinstance(v, float) for v in summary.values())
+
+
+def test_ps_la_corr_is_nan_when_ps_is_constant():
+    # Zeroing q and k also zeroes the pattern's dependence on the input: every head has the same
+    # PS, so the correlation across heads is undefined.
+    _, summary = probe_model(uniform_attention_gpt(), make_probe_batch(50, 20, n_sequences=2))
+    assert math.isnan(summary["ps_la_corr"])
+
+
+# --- logit attribution ----------------------------------------------------------------------
+
+
+def signed_permutation(n: int, gen: torch.Generator, scale: torch.Tensor | None = None):
+    """A random signed permutation matrix, rows optionally scaled: exact in floating point."""
+    m = torch.eye(n, dtype=torch.float64)[torch.randperm(n, generator=gen)]
+    signs = torch.randint(0, 2, (n, 1), generator=gen, dtype=torch.float64) * 2 - 1
+    return m * signs * (1 if scale is None else scale[:, None])
+
+
+def test_logit_attribution_hand_made_heads():
+    # W_U and W_O are (scaled) signed permutations, so o, and every o . e_j, is exact: the 0/0
+    # case really is 0/0, and W_O is still non-symmetric enough to catch a transposed product.
+    gen = torch.Generator().manual_seed(0)
+    V = d = 10
+    s = 4
+    first = torch.tensor([[5, 2, 7, 1], [0, 9, 3, 4]])
+    tokens = first.repeat(1, 2)
+    outside = [6, 8]  # per sequence, a vocab id that is not in the sequence
+    W_U = signed_permutation(V, gen)  # orthonormal rows e_j
+    e = W_U
+
+    n_head = 5
+    n, T = tokens.shape
+    o = torch.zeros(n, T, n_head, d, dtype=torch.float64)  # the head outputs we want
+    for b in range(n):
+        for p in range(s, 2 * s):
+            A = tokens[b, p - s]
+            B = tokens[b, p - s + 1] if p < 2 * s - 1 else tokens[b, 0]
+            o[b, p, 0] = e[B]  # pure copy of B: LA 1
+            o[b, p, 1] = 2 * e[B] + e[A]  # d = (1.25, 0.25, -.75, -.75): LA 1.25 / 1.5
+            o[b, p, 2] = e[A]  # boosts the current token, not the next: LA 0
+            o[b, p, 3] = e[outside[b]] if b else 0  # no in-context boost, 0/0: LA 0
+            o[b, p, 4] = e[B] + 5 * e[outside[b]]  # out-of-context ids are not scored: LA 1
+    o[:, :s] = torch.randn(n, s, n_head, d, generator=gen, dtype=torch.float64)  # ignored
+
+    # W_O[h] = D_h P_h with power-of-two row scales, so z = o @ W_O[h]^-1 = o @ P_h^T D_h^-1.
+    scales = 2.0 ** torch.randint(-2, 3, (n_head, d), generator=gen).double()
+    perms = torch.stack([signed_permutation(d, gen) for _ in range(n_head)])
+    W_O = scales[:, :, None] * perms
+    z = torch.einsum("bphd,hkd->bphk", o, perms) / scales
+
+    la = logit_attribution(z, W_O, W_U, tokens, s)
+    expected = torch.tensor([1.0, 1.25 / 1.5, 0.0, 0.0, 1.0], dtype=torch.float64)
+    torch.testing.assert_close(la, expected, rtol=0, atol=1e-12)
+
+
+# --- associative recall ---------------------------------------------------------------------
+
+
+def test_associative_recall_hand_made_logits():
+    s, V = 4, 8
+    tokens = torch.tensor([[1, 4, 2, 6, 1, 4, 2, 6]])
+    # Correct next tokens at p = 4..7: 4, 2, 6, then 1 (wraps to the first token).
+    logits = torch.zeros(1, 2 * s, V)
+    logits[0, :s, :] = torch.arange(V, dtype=torch.float32)  # first half: ignored
+    logits[0, 4, 4] = 3.0  # unique top: rank 0
+    logits[0, 5, [0, 1, 3]] = 1.0  # target 2 at 0, three above, others tied: rank 3
+    # p = 6: all logits tied, none strictly greater: rank 0
+    logits[0, 7, 6] = 2.0  # the wrap target 1 is second behind token 6: rank 1
+    logits[0, 7, 1] = 1.0
+
+    acc, rank = associative_recall(logits, tokens, s)
+    assert isinstance(acc, float) and isinstance(rank, float)
+    assert acc == pytest.approx(2 / 4)
+    assert rank == pytest.approx((0 + 3 + 0 + 1) / 4)
+
+
+# --- agreement with a literal per-position implementation ------------------------------------
+
+
+def next_token(tokens: torch.Tensor, b: int, p: int) -> int:
+    """SPEC: the token after the earlier copy; at the last position, the sequence's first token."""
+    s = tokens.shape[1] // 2
+    return tokens[b, p - s + 1].item() if p < 2 * s - 1 else tokens[b, 0].item()
+
+
+def reference_ps_la(model: GPT, tokens: torch.Tensor):
+    """PS and LA per head, SPEC section 1 read literally, one instance at a time, in float64."""
+    _, cache = model(tokens, cache=True)
+    n, T = tokens.shape
+    s = T // 2
+    cfg = model.cfg
+    W_U = model.W_U.double()
+    ps_rows, la_rows = [], []
+    for layer in range(cfg.n_layer):
+        pattern = cache["pattern"][layer].double()
+        z = cache["z"][layer].double()
+        out_w = model.blocks[layer].attn.out.weight.double()  # [d_model, head * d_head]
+        for h in range(cfg.n_head):
+            W_O_h = out_w[:, h * cfg.d_head : (h + 1) * cfg.d_head].T  # head h's slice
+            ps_vals, la_vals = [], []
+            for b in range(n):
+                types = tokens[b, :s].tolist()
+                for p in range(s, 2 * s):
+                    ps_vals.append(pattern[b, h, p, p - s + 1].item())
+                    o = z[b, p, h] @ W_O_h
+                    dots = [(o @ W_U[j]).item() for j in types]
+                    mean = sum(dots) / len(dots)
+                    relu = [max(x - mean, 0.0) for x in dots]
+                    total = sum(relu)
+                    B = next_token(tokens, b, p)
+                    la_vals.append(relu[types.index(B)] / total if total > 0 else 0.0)
+            ps_rows.append(sum(ps_vals) / len(ps_vals))
+            la_rows.append(sum(la_vals) / len(la_vals))
+    return np.array(ps_rows), np.array(la_rows)
+
+
+def reference_ar(logits: torch.Tensor, tokens: torch.Tensor) -> tuple[float, float]:
+    n, T = tokens.shape
+    s = T // 2
+    ranks = []
+    for b in range(n):
+        for p in range(s, 2 * s):
+            row = logits[b, p].tolist()
+            correct = row[next_token(tokens, b, p)]
+            ranks.append(sum(1 for x in row if x > correct))
+    return sum(r == 0 for r in ranks) / len(ranks), sum(ranks) / len(ranks)
+
+
+def random_gpt(seed: int = 0) -> GPT:
+    """A small random GPT with large weights, so that scores differ from head to head."""
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(vocab_size=50, n_ctx=64, n_layer=2, n_head=4, d_model=32))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "ln" not in name:
+                p.normal_(0.0, 0.5)
+    return model.eval()
+
+
+@torch.no_grad()
+def test_probes_match_literal_reference_on_random_gpt():
+    model = random_gpt()
+    batch = make_probe_batch(50, context_size=20, n_sequences=7)
+    heads, summary = probe_model(model, batch)
+    ps, la = reference_ps_la(model, batch)
+    acc, rank = reference_ar(model(batch), batch)
+
+    assert ps.std() > 1e-3 and la.std() > 1e-3 and rank > 0  # a non-degenerate comparison
+    np.testing.assert_allclose(heads["ps"], ps, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(heads["la"], la, rtol=0, atol=1e-6)
+    assert summary["ar_acc"] == pytest.approx(acc, abs=1e-12)
+    assert summary["ar_rank"] == pytest.approx(rank, abs=1e-12)
+    assert summary["ps_max"] == pytest.approx(ps.max(), abs=1e-6)
+    assert summary["la_max"] == pytest.approx(la.max(), abs=1e-6)
+    assert summary["ps_la_corr"] == pytest.approx(np.corrcoef(ps, la)[0, 1], abs=1e-5)
+
+
+def test_associative_recall_matches_literal_reference_with_many_ties():
+    # A random model almost never ranks B first; small integer logits make rank 0 and ties common.
+    gen = torch.Generator().manual_seed(0)
+    tokens = make_probe_batch(12, 16, n_sequences=7, seed=5)  # s = 8
+    logits = torch.randint(0, 4, (7, 16, 12), generator=gen).float()
+    acc, rank = associative_recall(logits, tokens, 8)
+    ref_acc, ref_rank = reference_ar(logits, tokens)
+    assert 0 < ref_acc < 1
+    assert acc == pytest.approx(ref_acc, abs=1e-12)
+    assert rank == pytest.approx(ref_rank, abs=1e-12)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_probe_model_on_cuda_matches_cpu():
+    batch = make_probe_batch(50, context_size=20, n_sequences=7)
+    heads_cpu, summary_cpu = probe_model(random_gpt(), batch)
+    heads_gpu, summary_gpu = probe_model(random_gpt().cuda(), batch)  # batch stays on CPU
+    np.testing.assert_allclose(heads_gpu[["ps", "la"]], heads_cpu[["ps", "la"]], atol=1e-4)
+    assert summary_gpu["ar_rank"] == pytest.approx(summary_cpu["ar_rank"], abs=0.05)
+
+
+# --- probe batch ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("context_size", "s"), [(20, 10), (21, 10), (100, 50), (1000, 50)])
+def test_make_probe_batch_shape_and_structure(context_size, s):
+    batch = make_probe_batch(200, context_size, n_sequences=9, seed=7)
+    assert batch.dtype == torch.long and batch.shape == (9, 2 * s)
+    first = batch[:, :s]
+    assert torch.equal(batch[:, s:], first)
+    assert all(len(set(row)) == s for row in first.tolist())
+    assert int(batch.min()) >= 0 and int(batch.max()) < 200
+
+
+def test_make_probe_batch_half_length_cap_is_configurable():
+    assert make_probe_batch(100, 1000, n_sequences=2, max_half_length=30).shape == (2, 60)
+
+
+def test_make_probe_batch_is_deterministic_per_seed():
+    a = make_probe_batch(500, 64, n_sequences=5, seed=3)
+    assert torch.equal(a, make_probe_batch(500, 64, n_sequences=5, seed=3))
+    assert not torch.equal(a, make_probe_batch(500, 64, n_sequences=5, seed=4))
+
+
+def test_make_probe_batch_draws_uniformly():
+    # 20,000 draws of 5 ids from 10: every id should appear at every position about 2,000 times
+    # (binomial sd ~42). Fixed seed, so this is not flaky; a sorted or biased draw fails it.
+    batch = make_probe_batch(10, 10, n_sequences=20_000, seed=0)
+    for pos in range(5):
+        counts = torch.bincount(batch[:, pos], minlength=10)
+        assert int((counts - 2000).abs().max()) < 250, counts
+
+
+@pytest.mark.parametrize(("vocab", "context"), [(5, 20), (100, 3), (100, 0)])
+def test_make_probe_batch_rejects_impossible_sizes(vocab, context):
+    with pytest.raises(ValueError, match="half-length"):
+        make_probe_batch(vocab, context)
+
+
+def test_probe_model_rejects_a_batch_that_is_not_repeated():
+    model = uniform_attention_gpt()
+    batch = make_probe_batch(50, 20, n_sequences=2)
+    batch[0, -1] = (batch[0, -1] + 1) % 50
+    with pytest.raises(ValueError, match="repeated"):
+        probe_model(model, batch)

@@ -1,0 +1,567 @@
+"""Study configuration: validation, the grid of runs, and the per-run training spec.
+
+``prepare()`` is called once by the Snakefile (workflow/rules/common.smk) before any job exists.
+It checks the config in three passes and stops at the first problem with a one-line
+``ConfigError`` that names the key and what would be accepted:
+
+1. the JSON schema (workflow/schemas/config.schema.yaml), checked here with jsonschema so that
+   the message is ours rather than a dump of the schema;
+2. ``snakemake.utils.validate`` with the same schema, which fills in defaults (it mutates the
+   config, so the Snakefile's ``config`` carries them too);
+3. semantic checks a schema cannot express (names that must exist, sizes that must fit).
+
+The checkpoint schedule is given in tokens, the same for every run (SPEC section 2), and turned
+into update counts per run here, so that every consumer agrees on which steps are saved.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import glob
+import itertools
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from jsonschema import Draft202012Validator, ValidationError, validators
+
+GPT2_VOCAB_SIZE = 50257
+RUN_FIELDS = ("data", "model", "batch_size", "context_size", "seed")
+RUNS_DIR = "results/runs"
+# The same layout as Run.dir, in Snakemake wildcards (see Run.from_wildcards).
+RUN_DIR_PATTERN = RUNS_DIR + "/{data}/{model}/B{batch}-C{ctx}-s{seed}"
+
+
+class ConfigError(ValueError):
+    """A problem in the study config, described in one line that names the key."""
+
+
+# --------------------------------------------------------------------------------------------
+# Runs
+
+
+@dataclass(frozen=True)
+class Run:
+    """One training run: one cell of the grid."""
+
+    data: str
+    model: str
+    batch_size: int
+    context_size: int
+    seed: int
+
+    @property
+    def id(self) -> str:
+        return f"{self.data}/{self.model}/B{self.batch_size}-C{self.context_size}-s{self.seed}"
+
+    @property
+    def dir(self) -> str:
+        return f"{RUNS_DIR}/{self.id}"
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.context_size
+
+    @classmethod
+    def from_wildcards(cls, wildcards: Any) -> Run:
+        """Rebuild a run from Snakemake wildcards ``data, model, batch, ctx, seed`` (strings)."""
+
+        def get(name: str) -> str:
+            if isinstance(wildcards, Mapping):
+                return wildcards[name]
+            return getattr(wildcards, name)
+
+        return cls(
+            data=get("data"),
+            model=get("model"),
+            batch_size=int(get("batch")),
+            context_size=int(get("ctx")),
+            seed=int(get("seed")),
+        )
+
+
+def _as_list(value: Any) -> list:
+    return list(value) if isinstance(value, list) else [value]
+
+
+def expand_runs(entries: list[dict]) -> Iterator[tuple[int, Run]]:
+    """Yield (index of the runs entry, run) for every cell of every cartesian product."""
+    for index, entry in enumerate(entries):
+        for values in itertools.product(*(_as_list(entry[name]) for name in RUN_FIELDS)):
+            yield index, Run(*values)
+
+
+# --------------------------------------------------------------------------------------------
+# Checkpoint schedule
+
+
+def schedule_tokens(checkpoints: dict, budget: int) -> list[int]:
+    """Checkpoint token counts of the config's schedule, sorted, none beyond the budget."""
+    if "tokens" in checkpoints:
+        return sorted(checkpoints["tokens"])
+    start, linear_from, every = (checkpoints[k] for k in ("start", "linear_from", "every"))
+    tokens = []
+    t = start
+    while t < linear_from and t <= budget:
+        tokens.append(t)
+        t *= 2
+    t = linear_from
+    while t <= budget:
+        tokens.append(t)
+        t += every
+    return tokens
+
+
+def checkpoint_steps(tokens: list[int], tokens_per_step: int, total_steps: int) -> list[int]:
+    """Convert token counts to update counts for one run.
+
+    Each count rounds to the nearest step (halves up, in integer arithmetic so that no float
+    error moves a checkpoint), clamped to [1, total_steps]; the last step is always included so
+    that every run ends with a checkpoint of its final model.
+    """
+    steps = {
+        min(max((2 * t + tokens_per_step) // (2 * tokens_per_step), 1), total_steps) for t in tokens
+    }
+    steps.add(total_steps)
+    return sorted(steps)
+
+
+# --------------------------------------------------------------------------------------------
+# The prepared study
+
+
+@dataclass
+class Study:
+    """The validated config (defaults filled in) and everything derived from it."""
+
+    config: dict
+    runs: list[Run]
+    checkpoint_tokens: list[int] = field(default_factory=list)
+
+    def total_steps(self, run: Run) -> int:
+        return self.config["training"]["tokens"] // run.tokens_per_step
+
+    def checkpoint_steps(self, run: Run) -> list[int]:
+        return checkpoint_steps(self.checkpoint_tokens, run.tokens_per_step, self.total_steps(run))
+
+    def train_spec(self, run: Run) -> dict:
+        """Everything a training job needs, JSON-serialisable."""
+        model = self.config["models"][run.model]
+        steps = self.checkpoint_steps(run)
+        return {
+            "run_id": run.id,
+            "data": run.data,
+            "model": run.model,
+            "batch_size": run.batch_size,
+            "context_size": run.context_size,
+            "seed": run.seed,
+            "model_config": {k: model[k] for k in ("n_layer", "n_head", "d_model", "mlp", "n_ctx")},
+            "training": copy.deepcopy(self.config["training"]),
+            "checkpoint_steps": steps,
+            # The tokens actually seen at each saved step, not the requested counts.
+            "checkpoint_tokens": [step * run.tokens_per_step for step in steps],
+            "total_steps": self.total_steps(run),
+        }
+
+    def dataset_spec(self, name: str) -> dict:
+        """The dataset entry, defaults filled in (a copy: callers may change it)."""
+        return copy.deepcopy(self.config["datasets"][name])
+
+    def vocab_size_of(self, data: str) -> int:
+        """Vocabulary size the dataset's tokenizer is configured for (an upper bound for bpe)."""
+        return _vocab_size(self.config["datasets"][data])
+
+    def runs_of_family(self, family: str) -> list[Run]:
+        datasets = self.config["datasets"]
+        return [run for run in self.runs if datasets[run.data]["family"] == family]
+
+    def contexts_of(self, data: str) -> list[int]:
+        return sorted({run.context_size for run in self.runs if run.data == data})
+
+
+def prepare(config: dict, schema: str | Path) -> Study:
+    """Validate ``config`` (filling in defaults, in place) and derive the study from it.
+
+    Raises ConfigError with a one-line message at the first problem found.
+    """
+    schema_path = Path(schema).resolve()
+    with open(schema_path, encoding="utf-8") as f:
+        schema_doc = yaml.safe_load(f)
+    problem = first_schema_problem(config, schema_doc)
+    if problem:
+        raise ConfigError(problem)
+
+    # Imported here: snakemake is heavy, and the checks above do not need it.
+    from snakemake.exceptions import WorkflowError
+    from snakemake.utils import validate
+
+    try:
+        validate(config, str(schema_path), set_default=True)
+    except WorkflowError as err:  # only if the two validators disagree
+        raise ConfigError(" ".join(str(err).split())) from None
+    # Filled-in defaults are the schema's own objects, one shared by every entry that lacks the
+    # key; give each entry its own so that changing one dataset's spec cannot change another's.
+    config.update({key: _unshared(value) for key, value in config.items()})
+
+    runs = _check_semantics(config)
+    tokens = schedule_tokens(config["checkpoints"], config["training"]["tokens"])
+    return Study(config=config, runs=runs, checkpoint_tokens=tokens)
+
+
+def _unshared(node: Any) -> Any:
+    if isinstance(node, Mapping):
+        return {key: _unshared(value) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_unshared(value) for value in node]
+    return node
+
+
+# --------------------------------------------------------------------------------------------
+# Schema errors as one line
+
+
+def _is_strict_integer(checker: Any, instance: Any) -> bool:
+    # jsonschema accepts 6.0 as an integer; the training code would then see floats.
+    return isinstance(instance, int) and not isinstance(instance, bool)
+
+
+_StrictValidator = validators.extend(
+    Draft202012Validator,
+    type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_strict_integer),
+)
+
+
+def first_schema_problem(config: dict, schema: dict) -> str | None:
+    """The schema error that comes first in the config, as one line; None if there is none."""
+    errors = list(_StrictValidator(schema).iter_errors(config))
+    if not errors:
+        return None
+    error = min(errors, key=lambda e: _position(config, e))
+    return _describe(error)
+
+
+def _position(config: Any, error: ValidationError) -> tuple[int, ...]:
+    """Where the error sits in the config's own order, so the top-most problem is told first."""
+    path = list(error.absolute_path)
+    if error.validator == "additionalProperties":
+        path.append(_unknown_keys(error)[0])
+    position = []
+    node = config
+    for key in path:
+        if isinstance(node, Mapping):
+            position.append(list(node).index(key))
+        else:
+            position.append(key)
+        node = node[key]
+    return tuple(position)
+
+
+def _key_path(path: Any) -> str:
+    text = ""
+    for key in path:
+        text += f"[{key}]" if isinstance(key, int) else (f".{key}" if text else str(key))
+    return text
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_TYPE_NAMES = {
+    "integer": "an integer",
+    "number": "a number",
+    "string": "a string",
+    "boolean": "true or false",
+    "array": "a list",
+    "object": "a mapping of keys to values",
+    "null": "null",
+}
+
+_PY_TYPE_NAMES = {
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    str: "string",
+    list: "list",
+    dict: "mapping",
+    type(None): "null",
+}
+
+
+def _type_name(value: Any) -> str:
+    for py_type, name in _PY_TYPE_NAMES.items():
+        if type(value) is py_type:
+            return name
+    return "mapping" if isinstance(value, Mapping) else type(value).__name__
+
+
+def _unknown_keys(error: ValidationError) -> list[str]:
+    known = error.schema.get("properties", {})
+    return [key for key in error.instance if key not in known]
+
+
+_BOUNDS = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusiveMaximum": "<"}
+
+
+def _describe(error: ValidationError) -> str:
+    """One line: the key path, what is wrong, and what would be accepted."""
+    where = _key_path(error.absolute_path) or "config"
+    kind, value, expected = error.validator, error.instance, error.validator_value
+    if kind == "additionalProperties":
+        return _describe_unknown_key(error)
+    if kind == "required":
+        missing = [key for key in expected if key not in value]
+        return f"{where}: missing required key '{missing[0]}'"
+    if kind == "type":
+        return (
+            f"{where}: expected {_expected_types(expected)}, got {_short(value)} "
+            f"({_type_name(value)}){_number_hint(value, expected)}"
+        )
+    if kind in ("enum", "const"):
+        allowed = ", ".join(str(a) for a in (expected if kind == "enum" else [expected]))
+        return f"{where}: {_short(value)} is not allowed; choose one of: {allowed}"
+    if kind in _BOUNDS:
+        return f"{where}: must be {_BOUNDS[kind]} {expected}, got {_short(value)}"
+    if kind == "minItems":
+        return _describe_too_short(where, error)
+    if kind == "maxItems":
+        return f"{where}: takes at most {expected} items, got {len(value)}"
+    if kind == "uniqueItems":
+        return f"{where}: {_short(value)} repeats a value; list each value once"
+    if kind == "minProperties":
+        return f"{where}: must define at least {expected} entry"
+    if kind == "minLength":
+        return f"{where}: must not be empty"
+    if kind == "pattern":
+        return _describe_pattern(where, error)
+    return f"{where}: {' '.join(error.message.split())}"
+
+
+def _describe_too_short(where: str, error: ValidationError) -> str:
+    needed, value = error.validator_value, error.instance
+    if needed > 1:
+        return f"{where}: needs at least {needed} items, got {len(value)}"
+    if error.schema.get("type") != "array":  # a scalar would do as well (runs fields)
+        return f"{where}: empty list; give a single value or a non-empty list"
+    return f"{where}: empty list; give at least one item"
+
+
+def _describe_unknown_key(error: ValidationError) -> str:
+    where = _key_path(error.absolute_path)
+    key = _unknown_keys(error)[0]
+    properties = error.schema.get("properties", {})
+    allowed = list(properties)
+    level = f"in {where}" if where else "at the top level"
+    # Inside a variant (tokenizer kind, corpus source, ...) the allowed keys depend on it.
+    variant = [f"{k}: {s['const']}" for k, s in properties.items() if "const" in s]
+    if variant:
+        level += f" with {variant[0]}"
+    line = f"{_key_path([*error.absolute_path, key])}: unknown key {level}; allowed keys: "
+    line += ", ".join(allowed)
+    guess = difflib.get_close_matches(str(key), allowed, n=1)
+    if guess:
+        line += f" (did you mean '{guess[0]}'?)"
+    if where == "checkpoints":
+        # Easy to hit: an override --configfile is merged into config.yaml, key by key.
+        line += (
+            "; checkpoints take either {start, linear_from, every} or {tokens: [...]}, not both"
+            " (a --configfile is merged into config.yaml; --replace-workflow-config avoids that)"
+        )
+    return line
+
+
+def _describe_pattern(where: str, error: ValidationError) -> str:
+    # The pattern itself is unreadable for most users; the key's description says it in words.
+    description = " ".join(error.schema.get("description", "").split())
+    if "propertyNames" in error.relative_schema_path:
+        return f"{where}: name {_short(error.instance)} is not allowed. {description}"
+    return f"{where}: {_short(error.instance)} is not allowed. {description}"
+
+
+def _expected_types(expected: str | list[str]) -> str:
+    names = [_TYPE_NAMES.get(t, t) for t in _as_list(expected)]
+    return " or ".join(names)
+
+
+def _number_hint(value: Any, expected: str | list[str]) -> str:
+    """How to write a number that was given as text or as the wrong kind of number."""
+    if isinstance(value, bool) or not isinstance(value, str | float):
+        return ""
+    try:
+        number = float(value)
+    except ValueError:
+        return ""
+    if not math.isfinite(number):
+        return ""
+    if "integer" in _as_list(expected) and number.is_integer():
+        return f"; write {int(number)}"
+    if isinstance(value, str) and "number" in _as_list(expected):
+        return f"; YAML took it as text, write {_yaml_float(number)} (no quotes)"
+    return ""
+
+
+def _yaml_float(number: float) -> str:
+    """``number`` as PyYAML (YAML 1.1) reads a float: with a dot, and a sign on the exponent."""
+    text = repr(number)
+    if "e" not in text:
+        return text
+    mantissa, exponent = f"{number:e}".split("e")
+    mantissa = mantissa.rstrip("0")
+    return f"{mantissa}0e{exponent}" if mantissa.endswith(".") else f"{mantissa}e{exponent}"
+
+
+# --------------------------------------------------------------------------------------------
+# Semantic checks (the config is schema-valid and has its defaults here)
+
+
+def _check_semantics(config: dict) -> list[Run]:
+    _check_models(config["models"])
+    for name, dataset in config["datasets"].items():
+        _check_dataset(name, dataset)
+    _check_checkpoints(config["checkpoints"], config["training"]["tokens"])
+    runs = _check_run_names(config)
+    for index, run in runs:
+        _check_run(config, index, run)
+    return [run for _, run in runs]
+
+
+def _check_models(models: dict) -> None:
+    for name, model in models.items():
+        d_model, n_head = model["d_model"], model["n_head"]
+        if d_model % n_head:
+            below = d_model - d_model % n_head
+            raise ConfigError(
+                f"models.{name}.d_model: {d_model} is not divisible by n_head = {n_head}; "
+                f"use a multiple of {n_head} (e.g. {below or n_head} or {below + n_head}) "
+                f"or change n_head"
+            )
+
+
+def _check_dataset(name: str, dataset: dict) -> None:
+    corpus = dataset.get("corpus", {})
+    if corpus.get("source") == "files":
+        for i, pattern in enumerate(corpus["paths"]):
+            if not glob.glob(pattern, recursive=True):
+                raise ConfigError(
+                    f"datasets.{name}.corpus.paths[{i}]: {pattern!r} matches no file "
+                    f"(paths are relative to {Path.cwd()}); fix the path or create the file"
+                )
+    repetition = dataset.get("repetition")
+    if repetition:
+        lo, hi = repetition["copy_length"]
+        if lo > hi:
+            raise ConfigError(
+                f"datasets.{name}.repetition.copy_length: lo = {lo} is above hi = {hi}; "
+                f"give [lo, hi] with lo <= hi"
+            )
+
+
+def _check_checkpoints(checkpoints: dict, budget: int) -> None:
+    if "tokens" in checkpoints:
+        for i, t in enumerate(checkpoints["tokens"]):
+            if t > budget:
+                raise ConfigError(
+                    f"checkpoints.tokens[{i}]: {t} is beyond the budget training.tokens = "
+                    f"{budget}; drop it or raise training.tokens"
+                )
+        return
+    start, linear_from = checkpoints["start"], checkpoints["linear_from"]
+    if start > budget:
+        raise ConfigError(
+            f"checkpoints.start: {start} is beyond the budget training.tokens = {budget}; "
+            f"lower start or raise training.tokens"
+        )
+    if start > linear_from:
+        raise ConfigError(
+            f"checkpoints.start: {start} is above linear_from = {linear_from}; "
+            f"make start <= linear_from"
+        )
+
+
+def _check_run_names(config: dict) -> list[tuple[int, Run]]:
+    """Expand the grid, rejecting unknown names and runs listed twice."""
+    known = {"data": config["datasets"], "model": config["models"]}
+    what = {"data": "dataset", "model": "model"}
+    for index, entry in enumerate(config["runs"]):
+        for key in ("data", "model"):
+            for name in _as_list(entry[key]):
+                if name not in known[key]:
+                    raise ConfigError(
+                        f"runs[{index}].{key}: unknown {what[key]} {name!r}; known "
+                        f"{what[key]}s: " + ", ".join(sorted(known[key]))
+                    )
+    seen: dict[Run, int] = {}
+    runs = []
+    for index, run in expand_runs(config["runs"]):
+        if run in seen:
+            where = "earlier in the same entry" if seen[run] == index else f"in runs[{seen[run]}]"
+            raise ConfigError(f"runs[{index}]: run {run.id} is already {where}; list each run once")
+        seen[run] = index
+        runs.append((index, run))
+    return runs
+
+
+def _check_run(config: dict, index: int, run: Run) -> None:
+    model = config["models"][run.model]
+    dataset = config["datasets"][run.data]
+    budget = config["training"]["tokens"]
+    C = run.context_size
+    if C > model["n_ctx"]:
+        raise ConfigError(
+            f"runs[{index}].context_size: C = {C} exceeds models.{run.model}.n_ctx = "
+            f"{model['n_ctx']}; use C <= {model['n_ctx']} or raise n_ctx"
+        )
+    if budget < run.tokens_per_step:
+        raise ConfigError(
+            f"training.tokens: {budget} is less than one update of run {run.id} "
+            f"(B*C = {run.tokens_per_step}, runs[{index}]); raise training.tokens to at least "
+            f"{run.tokens_per_step}"
+        )
+    _check_copy_fits(dataset, run, index)
+    _check_probe_fits(config, dataset, run, index)
+
+
+def _check_copy_fits(dataset: dict, run: Run, index: int) -> None:
+    repetition = dataset.get("repetition")
+    if not repetition or not repetition["copy_fraction"]:
+        return
+    C = run.context_size
+    hi = repetition["copy_length"][1]
+    need = 2 * math.ceil(hi * C)
+    if need > C:
+        longest = math.floor(C // 2 / C * 1e4) / 1e4
+        raise ConfigError(
+            f"datasets.{run.data}.repetition.copy_length: hi = {hi} is too long for C = {C} "
+            f"(runs[{index}]): a segment and its copy need 2*ceil(hi*C) = {need} > {C} tokens; "
+            f"make hi <= {longest}"
+        )
+
+
+def _check_probe_fits(config: dict, dataset: dict, run: Run, index: int) -> None:
+    C = run.context_size
+    cap = config["probe"]["max_half_length"]
+    s = min(cap, C // 2)
+    if s < 2:
+        raise ConfigError(
+            f"runs[{index}].context_size: C = {C} leaves the probe half length "
+            f"s = min({cap}, C // 2) = {s} < 2; use C >= 4"
+        )
+    vocab = _vocab_size(dataset)
+    if s > vocab:
+        raise ConfigError(
+            f"probe.max_half_length: s = min({cap}, C // 2) = {s} for C = {C} (runs[{index}]) "
+            f"exceeds the {vocab}-token vocabulary of datasets.{run.data}; lower "
+            f"probe.max_half_length to at most {vocab} or enlarge the vocabulary"
+        )
+
+
+def _vocab_size(dataset: dict) -> int:
+    tokenizer = dataset.get("tokenizer", {"kind": "gpt2"})
+    if tokenizer["kind"] == "bpe":
+        return tokenizer["vocab_size"]
+    return GPT2_VOCAB_SIZE

@@ -1,0 +1,368 @@
+"""The three figures of the emergence analysis (SPEC section 3), in one shared style.
+
+- ``plot_run_curves``: one small panel per run, the emergence metric and AR accuracy against
+  tokens seen (log axis), with the detected emergence point and its interval, or "no transition".
+- ``plot_emergence_vs_BC``: emergence point in updates against batch size B (one line per
+  context size C) and against C (one line per B), log-log, with the intervals as error bars.
+- ``plot_law_fit``: predicted against observed emergence point (updates, log-log), the identity
+  line, and the fitted a, b, T, r (with 95% intervals) and the model-size coefficient c.
+
+Style: the Okabe-Ito colour-blind-safe palette, 8-point text, units on every axis. Figures are
+built on matplotlib's ``Figure`` with the Agg canvas directly (no pyplot), so importing this
+module never changes the caller's backend or leaks open figures. Each function writes
+``<out_stem>.png`` and ``<out_stem>.pdf`` with the timestamp and software metadata removed, so
+rerunning on the same input gives byte-identical files.
+"""
+
+from __future__ import annotations
+
+import math
+import textwrap
+from contextlib import contextmanager
+from pathlib import Path
+
+import matplotlib as mpl
+import numpy as np
+import pandas as pd
+from cycler import cycler
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import (
+    FixedLocator,
+    FuncFormatter,
+    LogLocator,
+    NullFormatter,
+    NullLocator,
+)
+
+from ihsweep.lawfit import predict_updates
+
+# Okabe & Ito (2008), reordered so that the first colours are the most distinct on white;
+# yellow comes last because it is faint on a white background.
+PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+POINT_COLOUR = "#009E73"
+
+STYLE = {
+    "font.size": 8,
+    "axes.titlesize": 8,
+    "axes.labelsize": 8,
+    "legend.fontsize": 7,
+    "xtick.labelsize": 7,
+    "ytick.labelsize": 7,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "grid.linewidth": 0.5,
+    "lines.linewidth": 1.2,
+    "lines.markersize": 3.5,
+    "axes.prop_cycle": cycler(color=PALETTE),
+    "legend.frameon": False,
+    "savefig.dpi": 200,
+    "pdf.fonttype": 42,  # embed TrueType, so text in the PDF stays editable
+}
+
+METRIC_LABELS = {
+    "ps_max": "prefix-matching score (max over heads)",
+    "la_max": "logit attribution (max over heads)",
+    "ar_acc": "associative-recall accuracy",
+}
+
+
+def plot_run_curves(model_table: pd.DataFrame, emergence: pd.DataFrame, out_stem) -> list[Path]:
+    """Small multiples: metric (and AR accuracy) vs tokens per run, emergence point marked."""
+    metric = _single_value(emergence, "metric", "ps_max")
+    runs = model_table.sort_values(["run_id", "tokens"]).groupby("run_id", sort=True)
+    by_run = emergence.set_index("run_id") if len(emergence) else pd.DataFrame()
+    n = max(runs.ngroups, 1)
+    ncols = min(n, max(1, math.ceil(math.sqrt(n))), 5)
+    nrows = math.ceil(n / ncols)
+    with _style():
+        fig = _figure(2.2 * ncols + 0.6, 1.7 * nrows + 0.9)
+        axes = fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False).ravel()
+        several_seeds = model_table["seed"].nunique() > 1 if "seed" in model_table else False
+        for ax, (run_id, run) in zip(axes, runs, strict=False):
+            run = run[run["tokens"] > 0]
+            ax.plot(run["tokens"], run[metric], marker="o", color=PALETTE[0])
+            if metric != "ar_acc" and "ar_acc" in run:
+                ax.plot(run["tokens"], run["ar_acc"], ls="--", marker=".", color=PALETTE[1])
+            if run_id in by_run.index:
+                _mark_emergence(ax, by_run.loc[run_id])
+            ax.set_title(_run_label(run.iloc[0] if len(run) else None, run_id, several_seeds))
+        _label_outer(axes, runs.ngroups, ncols)
+        axes[0].set_xscale("log")
+        axes[0].set_ylim(-0.03, 1.05)
+        handles = [Line2D([], [], color=PALETTE[0], marker="o", label=METRIC_LABELS.get(metric))]
+        if metric != "ar_acc":
+            handles.append(
+                Line2D([], [], color=PALETTE[1], ls="--", marker=".", label=METRIC_LABELS["ar_acc"])
+            )
+        handles += [
+            Line2D([], [], color=POINT_COLOUR, label="emergence point"),
+            Patch(color=POINT_COLOUR, alpha=0.25, label="95% interval"),
+        ]
+        method = _single_value(emergence, "method", "")
+        fig.suptitle(f"Emergence per run ({METRIC_LABELS.get(metric, metric)}, method: {method})")
+        fig.legend(handles=handles, loc="outside lower center", ncols=len(handles))
+        return _save(fig, out_stem)
+
+
+def plot_emergence_vs_BC(emergence: pd.DataFrame, out_stem) -> list[Path]:
+    """Emergence point (updates) vs B (lines per C) and vs C (lines per B), log-log."""
+    done = emergence[emergence["emerged"].astype(bool)] if len(emergence) else emergence
+    models = _models_by_size(emergence)
+    with _style():
+        fig = _figure(7.2, 3.2)
+        left, right = fig.subplots(1, 2, sharey=True)
+        panels = [
+            (left, "batch_size", "context_size", "batch size B (sequences per update)", "C"),
+            (right, "context_size", "batch_size", "context size C (tokens per sequence)", "B"),
+        ]
+        for ax, x_col, group_col, xlabel, group_name in panels:
+            _plot_vs(ax, done, x_col, group_col, group_name, models)
+            ax.set_xlabel(xlabel)
+        left.set_ylabel("emergence point (updates)")
+        if len(models) > 1:
+            fig.legend(
+                handles=[
+                    Line2D([], [], ls="", marker=MARKERS[i], color="0.3", label=m)
+                    for i, m in enumerate(models)
+                ],
+                title="model",
+                loc="outside right center",
+            )
+        fig.suptitle(_emerged_summary(emergence))
+        return _save(fig, out_stem)
+
+
+def plot_law_fit(emergence: pd.DataFrame, fit: dict, out_stem) -> list[Path]:
+    """Predicted vs observed emergence point (updates), identity line, fitted law printed."""
+    done = emergence[emergence["emerged"].astype(bool)] if len(emergence) else emergence
+    with _style():
+        fig = _figure(4.6, 4.0)
+        ax = fig.subplots()
+        if fit.get("ok"):
+            _plot_law_points(ax, done, fit)
+            ax.text(
+                0.03,
+                0.97,
+                _law_text(fit),
+                transform=ax.transAxes,
+                va="top",
+                family="monospace",
+                bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "none"},
+            )
+        else:
+            ax.text(
+                0.5,
+                0.5,
+                "law not fitted:\n" + textwrap.fill(str(fit.get("reason", "")), 40),
+                transform=ax.transAxes,
+                ha="center",
+                va="center",
+            )
+        ax.set_xlabel("predicted emergence point (updates)")
+        ax.set_ylabel("observed emergence point (updates)")
+        ax.set_title(_emerged_summary(emergence))
+        return _save(fig, out_stem)
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+@contextmanager
+def _style():
+    with mpl.rc_context(STYLE):
+        yield
+
+
+def _figure(width: float, height: float) -> Figure:
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig: Figure, out_stem) -> list[Path]:
+    stem = Path(out_stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    png, pdf = stem.with_name(stem.name + ".png"), stem.with_name(stem.name + ".pdf")
+    # Software and dates are the only varying bytes; dropping them makes reruns identical.
+    fig.savefig(png, metadata={"Software": None})
+    fig.savefig(pdf, metadata={"CreationDate": None, "ModDate": None})
+    return [png, pdf]
+
+
+def _single_value(table: pd.DataFrame, column: str, default: str) -> str:
+    if column not in table or not len(table):
+        return default
+    values = table[column].dropna().unique()
+    return str(values[0]) if len(values) == 1 else default
+
+
+def _run_label(row, run_id, with_seed: bool) -> str:
+    if row is None or "batch_size" not in row:
+        return str(run_id)
+    label = f"{row['model']}  B={row['batch_size']}  C={row['context_size']}"
+    return label + (f"  seed {row['seed']}" if with_seed else "")
+
+
+def _label_outer(axes, n_used: int, ncols: int) -> None:
+    """Hide unused panels; axis labels on the left column and on the lowest panel per column."""
+    for i, ax in enumerate(axes):
+        if i >= n_used:
+            ax.set_visible(False)
+            continue
+        if i % ncols == 0:
+            ax.set_ylabel("score (0 to 1)")
+        if i + ncols >= n_used:  # nothing drawn below this panel
+            ax.xaxis.set_tick_params(labelbottom=True)
+            ax.set_xlabel("tokens seen (log scale)")
+
+
+def _mark_emergence(ax, row) -> None:
+    if bool(row["emerged"]):
+        ax.axvspan(row["tokens_lo"], row["tokens_hi"], color=POINT_COLOUR, alpha=0.25, lw=0)
+        ax.axvline(row["tokens_pt"], color=POINT_COLOUR, lw=1.2)
+    else:
+        # The reason's first clause says which rule fired; the rest is in the CSV.
+        reason = str(row["reason"]).split(":")[0]
+        ax.text(
+            0.04,
+            0.95,
+            "no transition\n" + textwrap.fill(reason, 34),
+            transform=ax.transAxes,
+            va="top",
+            fontsize=7,
+            color="0.2",
+        )
+
+
+def _models_by_size(emergence: pd.DataFrame) -> list[str]:
+    if not len(emergence):
+        return []
+    sizes = emergence.groupby("model")["n_params"].first().sort_values(kind="stable")
+    return [str(m) for m in sizes.index]
+
+
+def _plot_vs(ax, done, x_col, group_col, group_name, models) -> None:
+    """One colour per level of group_col; markers per model, dodged so that they do not hide."""
+    if not len(done):
+        ax.text(0.5, 0.5, "no run emerged", transform=ax.transAxes, ha="center")
+        return
+    levels = sorted(done[group_col].unique())
+    for i, level in enumerate(levels):
+        colour = PALETTE[i % len(PALETTE)]
+        sub = done[done[group_col] == level]
+        # The line joins the geometric mean over runs (models, seeds) at each x.
+        means = sub.groupby(x_col)["updates_pt"].apply(lambda u: 10 ** np.mean(np.log10(u)))
+        if len(means) > 1:
+            ax.plot(means.index, means.to_numpy(), color=colour, lw=1, alpha=0.8)
+        for j, model in enumerate(models):
+            pts = sub[sub["model"].astype(str) == model]
+            if not len(pts):
+                continue
+            # The first (smallest) model sits on the line; larger ones step right.
+            dodge = 10 ** (0.03 * j)
+            ax.errorbar(
+                pts[x_col] * dodge,
+                pts["updates_pt"],
+                yerr=_yerr(pts),
+                ls="",
+                marker=MARKERS[j % len(MARKERS)],
+                color=colour,
+                capsize=2,
+                elinewidth=0.8,
+                label=f"{group_name}={level}" if j == 0 else None,
+            )
+    ax.set_xscale("log")
+    _plain_log_ticks(ax, "y")
+    ticks = sorted(done[x_col].unique())
+    ax.xaxis.set_major_locator(FixedLocator(ticks))
+    ax.xaxis.set_major_formatter(mpl.ticker.FixedFormatter([str(t) for t in ticks]))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.legend(title=f"one line per {group_name}", loc="best")
+
+
+def _plain_log_ticks(ax, which: str) -> None:
+    """Log scale labelled 1, 2, 5 per decade in plain numbers (updates span 1-3 decades)."""
+    getattr(ax, f"set_{which}scale")("log")
+    axis = ax.xaxis if which == "x" else ax.yaxis
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _yerr(pts: pd.DataFrame) -> np.ndarray:
+    below = (pts["updates_pt"] - pts["updates_lo"]).clip(lower=0)
+    above = (pts["updates_hi"] - pts["updates_pt"]).clip(lower=0)
+    return np.vstack([below.to_numpy(), above.to_numpy()])
+
+
+def _plot_law_points(ax, done: pd.DataFrame, fit: dict) -> None:
+    predicted = predict_updates(fit, done["batch_size"].to_numpy(), done["context_size"].to_numpy())
+    contexts = sorted(done["context_size"].unique())
+    batches = sorted(done["batch_size"].unique())
+    for i, c in enumerate(contexts):
+        for j, b in enumerate(batches):
+            sel = ((done["context_size"] == c) & (done["batch_size"] == b)).to_numpy()
+            if sel.any():
+                ax.errorbar(
+                    predicted[sel],
+                    done["updates_pt"].to_numpy()[sel],
+                    yerr=_yerr(done[sel]),
+                    ls="",
+                    marker=MARKERS[j % len(MARKERS)],
+                    color=PALETTE[i % len(PALETTE)],
+                    capsize=2,
+                    elinewidth=0.8,
+                )
+    values = np.concatenate([predicted, done["updates_lo"], done["updates_hi"]])
+    lo, hi = np.nanmin(values) / 1.5, np.nanmax(values) * 1.5
+    ax.plot([lo, hi], [lo, hi], ls="--", color="0.5", lw=1, label="observed = predicted")
+    _plain_log_ticks(ax, "x")
+    _plain_log_ticks(ax, "y")
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(lo, hi)
+    ax.set_aspect("equal")
+    handles = [Line2D([], [], ls="--", color="0.5", label="identity")]
+    handles += [
+        Patch(color=PALETTE[i % len(PALETTE)], label=f"C={c}") for i, c in enumerate(contexts)
+    ]
+    handles += [
+        Line2D([], [], ls="", marker=MARKERS[j % len(MARKERS)], color="0.3", label=f"B={b}")
+        for j, b in enumerate(batches)
+    ]
+    ax.legend(handles=handles, loc="lower right", ncols=2)
+
+
+def _law_text(fit: dict) -> str:
+    def est(name: str, key: str, digits: int = 2) -> str:
+        ci = fit.get(f"{key}_ci")
+        interval = f" [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]" if ci else ""
+        return f"{name} = {fit[key]:.{digits}f}{interval}"
+
+    lines = [
+        "U = T / (B^a C^b)",
+        est("a", "a"),
+        est("b", "b"),
+        est("log10 T", "log10_T"),
+        f"r = {fit['r']:.3f}" if fit.get("r") is not None else "r = n/a",
+        f"LOO RMSE = {fit['loo_rmse_log10']:.3f} dex" if fit.get("loo_rmse_log10") else "",
+        est("c (log10 N)", "c") if fit.get("c") is not None else "c: not tested",
+        f"n = {fit['n_runs']} runs, 95% bootstrap CIs",
+        "(paper: a = 0.37, b = 0.62)",
+    ]
+    return "\n".join(line for line in lines if line)
+
+
+def _emerged_summary(emergence: pd.DataFrame) -> str:
+    n = len(emergence)
+    k = int(emergence["emerged"].astype(bool).sum()) if n else 0
+    metric = _single_value(emergence, "metric", "?")
+    method = _single_value(emergence, "method", "?")
+    summary = f"{metric}, {method}: {k} of {n} runs emerged"
+    return summary + ("; the others are not shown" if k < n else "")

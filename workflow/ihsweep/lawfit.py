@@ -1,0 +1,231 @@
+"""Fit the emergence law to the per-run emergence table (SPEC section 3).
+
+The law: the number of updates at which induction heads emerge, U_pt, falls with batch size B
+(sequences per update) and context size C (tokens per sequence) as
+
+    U_pt = T / (B^a * C^b),   i.e.   log10 U_pt = log10 T - a log10 B - b log10 C.
+
+The paper reports a = 0.37, b = 0.62 and r = 0.98 between predicted and observed. Only runs
+with ``emerged`` True and a finite positive ``updates_pt`` enter the fit; runs without a
+transition within the budget are right-censored and are left out rather than imputed.
+
+What is reported and how:
+
+- a, b, log10 T: ordinary least squares on log10 U_pt. Each run is one observation, whatever
+  its seed or model, so repeated seeds simply weigh their cell more.
+- 95% confidence intervals: nonparametric bootstrap over runs (resample the emerged runs with
+  replacement ``n_boot`` times, refit, take the 2.5th and 97.5th percentiles). Resamples whose
+  design is rank-deficient (e.g. every drawn run has the same B) cannot be fitted and are
+  skipped; ``n_boot_used`` counts the rest. Resampling runs, rather than residuals, keeps the
+  intervals honest if the noise differs between cells.
+- r: Pearson correlation between the in-sample predicted and observed log10 U_pt (the paper's
+  goodness-of-fit number), and ``residual_sd_log10``.
+- Leave-one-out prediction: refit without each run and predict it. ``loo_rmse_log10`` is the
+  root-mean-square error in log10 units (0.1 is a factor of 1.26); ``loo`` lists per-run
+  observed and predicted log10 U_pt (None where dropping the run makes the design singular).
+- Model-size test: with at least 2 distinct ``n_params`` among the emerged runs, refit
+  ``log10 U_pt = log10 T - a log10 B - b log10 C + c log10 N_params`` and report c with its
+  bootstrap interval (same resamples). The law claims c = 0; an interval excluding 0 is evidence
+  against size independence. Otherwise the c fields are None and ``c_note`` says why.
+
+Too few points (fewer than ``MIN_RUNS`` emerged runs, or B or C not varying, or B and C
+collinear) give ``ok: False`` with a ``reason`` and None estimates, never an exception. Every
+value in the result is a plain Python float, int, str, bool, list, dict or None, so it can be
+written with ``json.dump(..., allow_nan=False)``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+MIN_RUNS = 4  # three coefficients plus at least one residual degree of freedom
+CONFIDENCE = 0.95
+FORMULA = "log10 U_pt = log10 T - a log10 B - b log10 C"
+SIZE_FORMULA = FORMULA + " + c log10 N_params"
+
+
+def fit_law(emergence: pd.DataFrame, n_boot: int = 1000, seed: int = 0) -> dict:
+    """Fit the law to the emerged runs of an emergence table; see the module docstring."""
+    runs = _emerged_runs(emergence)
+    result = _empty_result(runs, n_boot, seed)
+    problem = _design_problem(runs)
+    if problem:
+        result["reason"] = problem
+        result["c_note"] = "law not fitted"
+        return result
+
+    y = np.log10(runs["updates_pt"].to_numpy(float))
+    x = _design(runs)
+    coef = _ols(x, y)
+    resamples = np.random.default_rng(seed).integers(0, len(y), size=(n_boot, len(y)))
+    boot = _bootstrap(x, y, resamples)
+    predicted = x @ coef
+    loo = _leave_one_out(x, y)
+    loo_err = [p - o for p, o in zip(loo, y, strict=True) if p is not None]
+
+    result.update(
+        ok=True,
+        reason="",
+        log10_T=_num(coef[0]),
+        a=_num(coef[1]),
+        b=_num(coef[2]),
+        T=_num(10.0 ** coef[0]),
+        log10_T_ci=_ci(boot[:, 0]),
+        a_ci=_ci(boot[:, 1]),
+        b_ci=_ci(boot[:, 2]),
+        n_boot_used=len(boot),
+        r=_pearson(predicted, y),
+        residual_sd_log10=_num(np.sqrt(np.sum((y - predicted) ** 2) / (len(y) - 3))),
+        loo_rmse_log10=_num(np.sqrt(np.mean(np.square(loo_err)))) if loo_err else None,
+        loo_n=len(loo_err),
+        loo=[
+            {"run_id": str(rid), "observed_log10_updates": _num(o), "predicted_log10_updates": p}
+            for rid, o, p in zip(runs["run_id"], y, loo, strict=True)
+        ],
+    )
+    result.update(_size_test(runs, x, y, resamples))
+    return result
+
+
+def predict_updates(params: dict, B, C):
+    """Predicted emergence point in updates, ``T / (B^a C^b)``, from a ``fit_law`` result.
+
+    B and C may be scalars (a float comes back) or arrays (broadcast, an array comes back).
+    """
+    if not params.get("ok", True) or params.get("a") is None:
+        raise ValueError(f"no fitted law to predict from: {params.get('reason', 'not fitted')}")
+    B, C = np.asarray(B, dtype=float), np.asarray(C, dtype=float)
+    pred = 10.0 ** (params["log10_T"] - params["a"] * np.log10(B) - params["b"] * np.log10(C))
+    return float(pred) if np.ndim(pred) == 0 else pred
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def _emerged_runs(emergence: pd.DataFrame) -> pd.DataFrame:
+    u = pd.to_numeric(emergence["updates_pt"], errors="coerce")
+    keep = emergence["emerged"].astype(bool) & np.isfinite(u) & (u > 0)
+    return emergence[keep].sort_values("run_id", kind="stable").reset_index(drop=True)
+
+
+def _empty_result(runs: pd.DataFrame, n_boot: int, seed: int) -> dict:
+    """Every key the result can have, so consumers see one schema whether or not it fitted."""
+    return {
+        "ok": False,
+        "reason": "",
+        "formula": FORMULA,
+        "n_runs": len(runs),
+        "run_ids": [str(r) for r in runs["run_id"]],
+        "metric": _single(runs, "metric"),
+        "method": _single(runs, "method"),
+        "data": sorted(str(d) for d in runs["data"].unique()) if "data" in runs else [],
+        "confidence": CONFIDENCE,
+        "n_boot": int(n_boot),
+        "seed": int(seed),
+        "n_boot_used": 0,
+        **dict.fromkeys(["log10_T", "a", "b", "T", "log10_T_ci", "a_ci", "b_ci", "r"]),
+        **dict.fromkeys(["residual_sd_log10", "loo_rmse_log10"]),
+        "loo_n": 0,
+        "loo": [],
+        "size_formula": SIZE_FORMULA,
+        **dict.fromkeys(["c", "c_ci", "c_excludes_zero", "size_fit", "c_note"]),
+        "c_n_boot_used": 0,
+    }
+
+
+def _single(runs: pd.DataFrame, column: str):
+    values = runs[column].unique() if column in runs else []
+    return str(values[0]) if len(values) == 1 else None
+
+
+def _design_problem(runs: pd.DataFrame) -> str:
+    if len(runs) < MIN_RUNS:
+        return f"only {len(runs)} emerged runs; the law needs at least {MIN_RUNS}"
+    for column, name in (("batch_size", "B"), ("context_size", "C")):
+        if runs[column].nunique() < 2:
+            return f"{name} ({column}) does not vary among the emerged runs"
+    if np.linalg.matrix_rank(_design(runs)) < 3:
+        return "B and C vary together (collinear), so a and b cannot be separated"
+    return ""
+
+
+def _design(runs: pd.DataFrame, with_size: bool = False) -> np.ndarray:
+    # Columns are signed so that the coefficients come out as (log10 T, a, b[, c]).
+    cols = [
+        np.ones(len(runs)),
+        -np.log10(runs["batch_size"].to_numpy(float)),
+        -np.log10(runs["context_size"].to_numpy(float)),
+    ]
+    if with_size:
+        cols.append(np.log10(runs["n_params"].to_numpy(float)))
+    return np.column_stack(cols)
+
+
+def _ols(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    return np.linalg.lstsq(x, y, rcond=None)[0]
+
+
+def _bootstrap(x: np.ndarray, y: np.ndarray, resamples: np.ndarray) -> np.ndarray:
+    """Coefficients refitted on each resample of runs; rank-deficient resamples are dropped."""
+    xb, yb = x[resamples], y[resamples]
+    full = np.linalg.matrix_rank(xb) == x.shape[1]
+    xb, yb = xb[full], yb[full]
+    xtx = np.einsum("bnp,bnq->bpq", xb, xb)
+    xty = np.einsum("bnp,bn->bp", xb, yb)
+    return np.linalg.solve(xtx, xty[..., None])[..., 0]
+
+
+def _leave_one_out(x: np.ndarray, y: np.ndarray) -> list[float | None]:
+    predictions = []
+    for i in range(len(y)):
+        keep = np.arange(len(y)) != i
+        if np.linalg.matrix_rank(x[keep]) < x.shape[1]:
+            predictions.append(None)
+        else:
+            predictions.append(_num(x[i] @ _ols(x[keep], y[keep])))
+    return predictions
+
+
+def _size_test(runs: pd.DataFrame, x_base: np.ndarray, y: np.ndarray, resamples) -> dict:
+    sizes = runs["n_params"].nunique()
+    if sizes < 2:
+        return {"c_note": f"{sizes} distinct n_params among emerged runs; need 2 to test size"}
+    x = _design(runs, with_size=True)
+    if len(y) <= x.shape[1]:
+        return {"c_note": f"{len(y)} emerged runs are too few for the 4-term size model"}
+    if np.linalg.matrix_rank(x) < x.shape[1]:
+        return {"c_note": "n_params is collinear with B and C; its effect cannot be separated"}
+    coef = _ols(x, y)
+    boot = _bootstrap(x, y, resamples)
+    ci = _ci(boot[:, 3])
+    return {
+        "c": _num(coef[3]),
+        "c_ci": ci,
+        "c_excludes_zero": None if ci is None else bool(ci[0] > 0 or ci[1] < 0),
+        "c_n_boot_used": len(boot),
+        "size_fit": {"log10_T": _num(coef[0]), "a": _num(coef[1]), "b": _num(coef[2])},
+        "c_note": f"{sizes} distinct n_params; c = 0 means no model-size effect",
+    }
+
+
+def _ci(samples: np.ndarray) -> list[float] | None:
+    if len(samples) < 2:
+        return None
+    tail = 100 * (1 - CONFIDENCE) / 2
+    lo, hi = np.percentile(samples, [tail, 100 - tail])
+    return [_num(lo), _num(hi)]
+
+
+def _pearson(a: np.ndarray, b: np.ndarray) -> float | None:
+    if np.std(a) == 0 or np.std(b) == 0:
+        return None
+    return _num(np.corrcoef(a, b)[0, 1])
+
+
+def _num(value) -> float | None:
+    """A plain float for JSON, None for NaN or infinity."""
+    value = float(value)
+    return value if math.isfinite(value) else None

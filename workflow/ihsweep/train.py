@@ -1,0 +1,284 @@
+"""Train one run: one (dataset, model, batch size B, context size C, seed) configuration.
+
+    python -m ihsweep.train --spec '<json from ihsweep.config.Study.train_spec>' \
+        --data-dir results/data/<data>/C<C> --run-dir results/runs/<run id>
+
+Reads top to bottom: data, model, optimiser, loop, evaluation, checkpoints. Checkpoints are
+saved at the token counts of the spec (converted to steps), each with the resume state, so a
+killed job restarts at its last checkpoint and ends with the same weights, bit for bit on CPU,
+as an uninterrupted run: the batch at step i is a pure function of (seed, i), and the model,
+optimiser and RNG states are restored exactly. SIGTERM or SIGUSR1 (sent by SLURM before a
+walltime kill or on preemption) saves the resume state at the next step and exits non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ihsweep.checkpoints import (
+    list_checkpoints,
+    load_resume_state,
+    save_checkpoint,
+    save_resume_state,
+    write_json,
+)
+from ihsweep.data.chunks import open_chunks, read_chunks_meta
+from ihsweep.model import GPT, GPTConfig, count_flops_per_token
+
+EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: "try again", the retry resumes from the saved state
+
+
+class ChunkSampler:
+    """Batches of whole chunks in a seeded random order, one fresh permutation per epoch.
+
+    The batch of step i depends only on (seed, i), so resuming needs nothing but the step.
+    """
+
+    def __init__(self, chunks: np.ndarray, batch_size: int, seed: int):
+        self.chunks, self.batch_size, self.seed = chunks, batch_size, seed
+        self._epoch, self._perm = -1, None
+
+    def _permutation(self, epoch: int) -> np.ndarray:
+        if epoch != self._epoch:
+            rng = np.random.default_rng([self.seed, epoch])
+            self._epoch, self._perm = epoch, rng.permutation(len(self.chunks))
+        return self._perm
+
+    def batch(self, step: int) -> torch.Tensor:
+        n = len(self.chunks)
+        flat = np.arange(step * self.batch_size, (step + 1) * self.batch_size)
+        rows = np.empty(self.batch_size, dtype=np.int64)
+        for epoch in np.unique(flat // n):
+            sel = flat // n == epoch
+            rows[sel] = self._permutation(int(epoch))[flat[sel] % n]
+        return torch.from_numpy(self.chunks[rows].astype(np.int64))
+
+
+def lr_at(step: int, total_steps: int, lr: float, warmup_fraction: float) -> float:
+    """Linear warmup over the first ``warmup_fraction`` of the run, then cosine decay to 0."""
+    warmup = max(1, round(warmup_fraction * total_steps))
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    progress = (step - warmup) / max(1, total_steps - warmup)
+    return lr * 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+# Settings that change how a run executes, not what it computes: changing them keeps the state.
+EXECUTION_KEYS = ("device", "threads", "log_every")
+
+
+def spec_hash(spec: dict) -> str:
+    training = {k: v for k, v in spec["training"].items() if k not in EXECUTION_KEYS}
+    blob = json.dumps({**spec, "training": training}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class StopRequested:
+    """Turns SIGTERM/SIGUSR1 into a flag checked between steps, so state is saved consistently."""
+
+    def __init__(self):
+        self.signum = None
+        for sig in (signal.SIGTERM, signal.SIGUSR1):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum, _frame):
+        self.signum = signum
+
+
+def format_eta(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else (
+        f"{seconds // 60}m{seconds % 60:02d}s"
+    )
+
+
+@torch.no_grad()
+def evaluate(model: GPT, batches: list[torch.Tensor], device, autocast) -> float:
+    model.eval()
+    losses = []
+    for x in batches:
+        x = x.to(device)
+        with autocast:
+            logits = model(x[:, :-1])
+        losses.append(F.cross_entropy(logits.float().flatten(0, 1), x[:, 1:].flatten()).item())
+    model.train()
+    return float(np.mean(losses))
+
+
+def train(spec: dict, data_dir: Path, run_dir: Path, device_name: str | None = None,
+          stop_after_step: int | None = None) -> dict:
+    """Run (or resume) one training run; returns the summary written to ``run.json``."""
+    run_dir, tcfg = Path(run_dir), spec["training"]
+    B, C, seed = spec["batch_size"], spec["context_size"], spec["seed"]
+    total_steps, ckpt_steps = spec["total_steps"], set(spec["checkpoint_steps"])
+    device = pick_device(device_name or tcfg["device"])
+    if device.type == "cpu":
+        torch.set_num_threads(tcfg["threads"])
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+    # --- data: chunks of C tokens; the model sees C-1 inputs and predicts C-1 targets per chunk
+    meta = read_chunks_meta(data_dir)
+    sampler = ChunkSampler(open_chunks(data_dir, "train"), B, seed)
+    val = open_chunks(data_dir, "val")
+    n_val = min(len(val), tcfg["val_batches"] * B)
+    val_batches = [torch.from_numpy(val[i : i + B].astype(np.int64)) for i in range(0, n_val, B)]
+
+    # --- model and optimiser; built on the CPU so the initial weights do not depend on the device
+    torch.manual_seed(seed)
+    cfg = GPTConfig(vocab_size=meta["vocab_size"], **spec["model_config"])
+    model = GPT(cfg).to(device)
+    optim = torch.optim.AdamW(
+        model.parameters(), lr=tcfg["lr"], betas=tuple(tcfg["betas"]), eps=tcfg["eps"],
+        weight_decay=tcfg["weight_decay"], fused=device.type == "cuda",
+    )
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+
+    # --- resume, unless the saved state belongs to a different spec (then start afresh)
+    step, fingerprint = 0, spec_hash(spec)
+    loss_log = run_dir / "loss.csv"
+    state = load_resume_state(run_dir)
+    if state is not None and state["spec_hash"] != fingerprint:
+        print(f"[{spec['run_id']}] spec changed since the saved state: starting afresh", flush=True)
+        for sub in ("ckpt", "state", "probes"):
+            shutil.rmtree(run_dir / sub, ignore_errors=True)
+        loss_log.unlink(missing_ok=True)
+        state = None
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optim.load_state_dict(state["optim"])
+        torch.set_rng_state(state["rng_cpu"])
+        step = int(state["step"])
+        print(f"[{spec['run_id']}] resuming at step {step}/{total_steps}", flush=True)
+    _truncate_loss_log(loss_log, step)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not loss_log.exists():
+        loss_log.write_text("step,tokens,split,loss,lr\n")
+
+    def save(step: int, train_loss: float, with_checkpoint: bool) -> None:
+        if with_checkpoint:
+            val_loss = evaluate(model, val_batches, device, autocast)
+            ckpt_meta = {
+                "run_id": spec["run_id"], "tokens": step * B * C, "train_loss": train_loss,
+                "val_loss": val_loss, "model_config": cfg.to_dict(),
+                "n_params": model.n_params(), "spec": spec,
+            }
+            save_checkpoint(run_dir, step, model, ckpt_meta)
+            with open(loss_log, "a") as f:
+                f.write(f"{step},{step * B * C},val,{val_loss:.6f},\n")
+        save_resume_state(run_dir, {
+            "step": step, "spec_hash": fingerprint, "model": model.state_dict(),
+            "optim": optim.state_dict(), "rng_cpu": torch.get_rng_state(),
+        })
+
+    if step == 0 and 0 in ckpt_steps:
+        save(0, float("nan"), True)
+
+    # --- the loop
+    stop = StopRequested()
+    flops_per_token = count_flops_per_token(cfg, C)
+    model.train()
+    recent, t0, step0 = [], time.perf_counter(), step
+    while step < total_steps:
+        lr = lr_at(step, total_steps, tcfg["lr"], tcfg["warmup_fraction"])
+        for group in optim.param_groups:
+            group["lr"] = lr
+        x = sampler.batch(step).to(device, non_blocking=True)
+        with autocast:
+            logits = model(x[:, :-1])
+        loss = F.cross_entropy(logits.float().flatten(0, 1), x[:, 1:].flatten())
+        optim.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg["grad_clip"])
+        optim.step()
+        step += 1
+        recent.append(loss.item())
+
+        if step % tcfg["log_every"] == 0 or step == total_steps:
+            train_loss = float(np.mean(recent[-tcfg["log_every"] :]))
+            with open(loss_log, "a") as f:
+                f.write(f"{step},{step * B * C},train,{train_loss:.6f},{lr:.6g}\n")
+            elapsed = time.perf_counter() - t0
+            tps = (step - step0) * B * C / elapsed
+            print(
+                f"[{spec['run_id']}] step {step}/{total_steps} | tokens {step * B * C / 1e6:.2f}M"
+                f" | loss {train_loss:.4f} | {tps / 1e3:.1f}k tok/s"
+                f" | {tps * flops_per_token / 1e9:.1f} GFLOP/s"
+                f" | ETA {format_eta((total_steps - step) * B * C / tps)}",
+                flush=True,
+            )
+        if step in ckpt_steps:
+            save(step, float(np.mean(recent[-tcfg["log_every"] :])), True)
+            recent = recent[-tcfg["log_every"] :]
+        if stop.signum is not None or step == stop_after_step:
+            if step not in ckpt_steps:
+                save(step, float("nan"), False)
+            if stop.signum is not None:
+                print(f"[{spec['run_id']}] signal {stop.signum}: state saved at step {step}",
+                      flush=True)
+                sys.exit(EXIT_INTERRUPTED)
+            return {}
+
+    elapsed = time.perf_counter() - t0
+    summary = {
+        "run_id": spec["run_id"], "steps": total_steps, "tokens": total_steps * B * C,
+        "n_params": model.n_params(), "device": str(device),
+        "checkpoints": [m["step"] for m in list_checkpoints(run_dir)],
+        "final_train_loss": float(np.mean(recent[-tcfg["log_every"] :])) if recent else None,
+        "seconds_this_session": round(elapsed, 1),
+        "tokens_per_second_this_session": round((step - step0) * B * C / elapsed, 1)
+        if step > step0 else None,
+        "spec_hash": fingerprint,
+    }
+    write_json(run_dir / "run.json", summary)
+    print(
+        f"[{spec['run_id']}] done: {total_steps} steps, {total_steps * B * C / 1e6:.2f}M tokens,"
+        f" final train loss {summary['final_train_loss']}, {elapsed:.0f} s this session",
+        flush=True,
+    )
+    return summary
+
+
+def _truncate_loss_log(path: Path, step: int) -> None:
+    """Drop log lines written after the state we resume from (they will be written again)."""
+    if not path.exists():
+        return
+    lines = path.read_text().splitlines(keepends=True)
+    kept = lines[:1] + [ln for ln in lines[1:] if int(ln.split(",", 1)[0]) <= step]
+    if len(kept) != len(lines):
+        path.write_text("".join(kept))
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--spec", required=True, help="run spec as JSON (Study.train_spec)")
+    p.add_argument("--data-dir", required=True, type=Path, help="chunked dataset folder")
+    p.add_argument("--run-dir", required=True, type=Path, help="run output folder")
+    p.add_argument("--device", default=None, help="override training.device (cpu, cuda, ...)")
+    p.add_argument("--stop-after-step", type=int, default=None,
+                   help="save resume state and stop after this step (for tests)")
+    args = p.parse_args(argv)
+    train(json.loads(args.spec), args.data_dir, args.run_dir, args.device, args.stop_after_step)
+
+
+if __name__ == "__main__":
+    main()

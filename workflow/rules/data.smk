@@ -1,0 +1,36 @@
+# Datasets: tokenize a natural corpus once, then cut it into chunks per context size.
+
+
+rule tokenize:
+    output:
+        tokens="results/data/{data}/tokens.bin",
+        tokenizer="results/data/{data}/tokenizer.json",
+        meta="results/data/{data}/tokens.json",
+    log:
+        "results/logs/tokenize/{data}.log",
+    params:
+        spec=dataset_spec_json,
+    conda:
+        "../../envs/train.yaml"
+    shell:
+        "python -m ihsweep.data.natural tokenize --spec {params.spec:q}"
+        " --out-dir results/data/{wildcards.data} > {log} 2>&1"
+
+
+rule chunk:
+    input:
+        meta="results/data/{data}/tokens.json",
+    output:
+        train="results/data/{data}/C{ctx}/train.bin",
+        val="results/data/{data}/C{ctx}/val.bin",
+        meta="results/data/{data}/C{ctx}/chunks.json",
+    log:
+        "results/logs/chunk/{data}/C{ctx}.log",
+    params:
+        spec=dataset_spec_json,
+    conda:
+        "../../envs/train.yaml"
+    shell:
+        "python -m ihsweep.data.natural chunk --tokens-dir results/data/{wildcards.data}"
+        " --context {wildcards.ctx} --spec {params.spec:q}"
+        " --out-dir results/data/{wildcards.data}/C{wildcards.ctx} > {log} 2>&1"
