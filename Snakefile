@@ -7,14 +7,15 @@ from snakemake.utils import min_version
 min_version("9.0")
 
 # The science lives in the package under workflow/; jobs import it from this checkout, so a
-# rule's code is always the code beside this Snakefile, installed or not.
+# rule's code is always the code beside this Snakefile, installed or not. Rules call `python`:
+# the interpreter running Snakemake, unless --use-conda activates an environment.
 PACKAGE_DIR = os.path.join(workflow.basedir, "workflow")
 sys.path.insert(0, PACKAGE_DIR)
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    filter(None, [PACKAGE_DIR, os.environ.get("PYTHONPATH")])
+shell.prefix(
+    "set -euo pipefail; "
+    f"export PYTHONPATH={PACKAGE_DIR}" + "${{PYTHONPATH:+:$PYTHONPATH}}; "
+    f"export PATH={os.path.dirname(sys.executable)}:$PATH; "
 )
-# Rules call `python`: the interpreter running Snakemake, unless --use-conda activates an env.
-os.environ["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), os.environ["PATH"]])
 
 
 configfile: "config.yaml"

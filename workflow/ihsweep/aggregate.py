@@ -16,13 +16,13 @@ Everything is deterministic for fixed inputs and seed.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import pandas as pd
 
 from ihsweep import figures
 from ihsweep.emergence import METHODS, METRICS, emergence_table
+from ihsweep.io import atomic_path, write_json
 from ihsweep.lawfit import fit_law
 
 
@@ -74,10 +74,9 @@ def main(argv=None) -> int:
     )
     fit = fit_law(emergence, n_boot=args.bootstrap, seed=args.seed)
 
-    for path in (args.emergence, args.fit):
-        path.parent.mkdir(parents=True, exist_ok=True)
-    emergence.to_csv(args.emergence, index=False)
-    args.fit.write_text(json.dumps(fit, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    with atomic_path(args.emergence) as tmp:
+        emergence.to_csv(tmp, index=False)
+    write_json(args.fit, fit)
 
     args.figures.mkdir(parents=True, exist_ok=True)
     figures.plot_run_curves(model_table, emergence, args.figures / "run_curves")

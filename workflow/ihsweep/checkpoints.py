@@ -15,36 +15,12 @@ killed process never leaves a half-written file under a final name.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
-
-def atomic_write(path: Path, write: Callable[[str], None]) -> None:
-    """Call ``write(tmp_path)`` and rename the result to ``path``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_json(path: Path, obj: dict) -> None:
-    def write(tmp: str) -> None:
-        with open(tmp, "w") as f:
-            json.dump(obj, f, indent=2, sort_keys=True)
-            f.write("\n")
-
-    atomic_write(path, write)
+from ihsweep.io import atomic_path, write_json
 
 
 def checkpoint_paths(run_dir: Path, step: int) -> tuple[Path, Path]:
@@ -55,7 +31,8 @@ def checkpoint_paths(run_dir: Path, step: int) -> tuple[Path, Path]:
 def save_checkpoint(run_dir: Path, step: int, model: torch.nn.Module, meta: dict) -> None:
     weights, meta_path = checkpoint_paths(run_dir, step)
     tensors = {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
-    atomic_write(weights, lambda tmp: save_file(tensors, tmp, metadata={"step": str(step)}))
+    with atomic_path(weights) as tmp:
+        save_file(tensors, tmp, metadata={"step": str(step)})
     write_json(meta_path, {**meta, "step": step})
 
 
@@ -78,7 +55,8 @@ def resume_path(run_dir: Path) -> Path:
 
 
 def save_resume_state(run_dir: Path, state: dict) -> None:
-    atomic_write(resume_path(run_dir), lambda tmp: torch.save(state, tmp))
+    with atomic_path(resume_path(run_dir)) as tmp:
+        torch.save(state, tmp)
 
 
 def load_resume_state(run_dir: Path) -> dict | None:

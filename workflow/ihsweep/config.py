@@ -32,6 +32,7 @@ from jsonschema import Draft202012Validator, ValidationError, validators
 GPT2_VOCAB_SIZE = 50257
 RUN_FIELDS = ("data", "model", "batch_size", "context_size", "seed")
 RUNS_DIR = "results/runs"
+EXECUTION_SETTINGS = ("device", "threads")
 # The same layout as Run.dir, in Snakemake wildcards (see Run.from_wildcards).
 RUN_DIR_PATTERN = RUNS_DIR + "/{data}/{model}/B{batch}-C{ctx}-s{seed}"
 
@@ -160,7 +161,12 @@ class Study:
             "context_size": run.context_size,
             "seed": run.seed,
             "model_config": {k: model[k] for k in ("n_layer", "n_head", "d_model", "mlp", "n_ctx")},
-            "training": copy.deepcopy(self.config["training"]),
+            # Where a run executes (device, threads) is not part of what it computes.
+            "training": {
+                k: copy.deepcopy(v)
+                for k, v in self.config["training"].items()
+                if k not in EXECUTION_SETTINGS
+            },
             "checkpoint_steps": steps,
             # The tokens actually seen at each saved step, not the requested counts.
             "checkpoint_tokens": [step * run.tokens_per_step for step in steps],

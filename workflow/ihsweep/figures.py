@@ -83,7 +83,7 @@ def plot_run_curves(model_table: pd.DataFrame, emergence: pd.DataFrame, out_stem
     with _style():
         fig = _figure(2.2 * ncols + 0.6, 1.7 * nrows + 0.9)
         axes = fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False).ravel()
-        several_seeds = model_table["seed"].nunique() > 1 if "seed" in model_table else False
+        varying = {c for c in ("data", "seed") if c in model_table and model_table[c].nunique() > 1}
         for ax, (run_id, run) in zip(axes, runs, strict=False):
             run = run[run["tokens"] > 0]
             ax.plot(run["tokens"], run[metric], marker="o", color=PALETTE[0])
@@ -91,7 +91,7 @@ def plot_run_curves(model_table: pd.DataFrame, emergence: pd.DataFrame, out_stem
                 ax.plot(run["tokens"], run["ar_acc"], ls="--", marker=".", color=PALETTE[1])
             if run_id in by_run.index:
                 _mark_emergence(ax, by_run.loc[run_id])
-            ax.set_title(_run_label(run.iloc[0] if len(run) else None, run_id, several_seeds))
+            ax.set_title(_run_label(run.iloc[0] if len(run) else None, run_id, varying))
         _label_outer(axes, runs.ngroups, ncols)
         axes[0].set_xscale("log")
         axes[0].set_ylim(-0.03, 1.05)
@@ -105,7 +105,7 @@ def plot_run_curves(model_table: pd.DataFrame, emergence: pd.DataFrame, out_stem
             Patch(color=POINT_COLOUR, alpha=0.25, label="95% interval"),
         ]
         method = _single_value(emergence, "method", "")
-        fig.suptitle(f"Emergence per run ({METRIC_LABELS.get(metric, metric)}, method: {method})")
+        fig.suptitle(f"Emergence per run: {METRIC_LABELS.get(metric, metric)}; method: {method}")
         fig.legend(handles=handles, loc="outside lower center", ncols=len(handles))
         return _save(fig, out_stem)
 
@@ -128,7 +128,7 @@ def plot_emergence_vs_BC(emergence: pd.DataFrame, out_stem) -> list[Path]:
         if len(models) > 1:
             fig.legend(
                 handles=[
-                    Line2D([], [], ls="", marker=MARKERS[i], color="0.3", label=m)
+                    Line2D([], [], ls="", marker=MARKERS[i % len(MARKERS)], color="0.3", label=m)
                     for i, m in enumerate(models)
                 ],
                 title="model",
@@ -164,6 +164,8 @@ def plot_law_fit(emergence: pd.DataFrame, fit: dict, out_stem) -> list[Path]:
                 ha="center",
                 va="center",
             )
+            ax.set_xticks([])
+            ax.set_yticks([])
         ax.set_xlabel("predicted emergence point (updates)")
         ax.set_ylabel("observed emergence point (updates)")
         ax.set_title(_emerged_summary(emergence))
@@ -202,11 +204,14 @@ def _single_value(table: pd.DataFrame, column: str, default: str) -> str:
     return str(values[0]) if len(values) == 1 else default
 
 
-def _run_label(row, run_id, with_seed: bool) -> str:
+def _run_label(row, run_id, varying: set) -> str:
+    """Model, B and C, plus data and seed when those vary between runs."""
     if row is None or "batch_size" not in row:
         return str(run_id)
     label = f"{row['model']}  B={row['batch_size']}  C={row['context_size']}"
-    return label + (f"  seed {row['seed']}" if with_seed else "")
+    if "seed" in varying:
+        label += f"  seed {row['seed']}"
+    return f"{row['data']}: {label}" if "data" in varying else label
 
 
 def _label_outer(axes, n_used: int, ncols: int) -> None:
@@ -251,6 +256,8 @@ def _plot_vs(ax, done, x_col, group_col, group_name, models) -> None:
     """One colour per level of group_col; markers per model, dodged so that they do not hide."""
     if not len(done):
         ax.text(0.5, 0.5, "no run emerged", transform=ax.transAxes, ha="center")
+        ax.set_xticks([])
+        ax.set_yticks([])
         return
     levels = sorted(done[group_col].unique())
     for i, level in enumerate(levels):

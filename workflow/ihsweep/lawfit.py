@@ -17,7 +17,9 @@ What is reported and how:
   replacement ``n_boot`` times, refit, take the 2.5th and 97.5th percentiles). Resamples whose
   design is rank-deficient (e.g. every drawn run has the same B) cannot be fitted and are
   skipped; ``n_boot_used`` counts the rest. Resampling runs, rather than residuals, keeps the
-  intervals honest if the noise differs between cells.
+  intervals honest if the noise differs between cells. With few runs the percentile intervals
+  are somewhat too narrow: on 200 simulated 4 x 4 grids (16 runs, noise sd 0.05 in log10) the
+  nominal 95% intervals covered the truth 88% (a), 92% (b) and 94% (log10 T) of the time.
 - r: Pearson correlation between the in-sample predicted and observed log10 U_pt (the paper's
   goodness-of-fit number), and ``residual_sd_log10``.
 - Leave-one-out prediction: refit without each run and predict it. ``loo_rmse_log10`` is the

@@ -22,11 +22,10 @@ import json
 from pathlib import Path
 
 import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 
-from ihsweep.checkpoints import atomic_write, list_checkpoints, load_weights
+from ihsweep.checkpoints import list_checkpoints, load_weights
+from ihsweep.io import read_parquet_key, write_parquet
 from ihsweep.model import GPT, GPTConfig
 from ihsweep.probes import make_probe_batch, probe_model
 from ihsweep.train import pick_device
@@ -34,14 +33,23 @@ from ihsweep.train import pick_device
 RUN_COLUMNS = ["run_id", "data", "model", "batch_size", "context_size", "seed"]
 HEAD_COLUMNS = [*RUN_COLUMNS, "step", "tokens", "layer", "head", "ps", "la"]
 MODEL_COLUMNS = [
-    "run_id", "data", "model", "n_params", "batch_size", "context_size", "seed", "step", "tokens",
-    "ar_acc", "ar_rank", "ps_max", "la_max", "ps_la_corr", "train_loss", "val_loss",
+    "run_id",
+    "data",
+    "model",
+    "n_params",
+    "batch_size",
+    "context_size",
+    "seed",
+    "step",
+    "tokens",
+    "ar_acc",
+    "ar_rank",
+    "ps_max",
+    "la_max",
+    "ps_la_corr",
+    "train_loss",
+    "val_loss",
 ]
-
-
-def write_parquet(df: pd.DataFrame, path: Path) -> None:
-    table = pa.Table.from_pandas(df, preserve_index=False)
-    atomic_write(Path(path), lambda tmp: pq.write_table(table, tmp))
 
 
 def cache_key(ckpt: dict, probe: dict) -> str:
@@ -56,14 +64,22 @@ def probe_checkpoint(ckpt: dict, probe: dict, device: torch.device) -> pd.DataFr
     model.load_state_dict(load_weights(ckpt["weights"]))
     model.to(device)
     batch = make_probe_batch(
-        model.cfg.vocab_size, spec["context_size"], probe["n_sequences"],
-        probe["max_half_length"], probe["seed"],
+        model.cfg.vocab_size,
+        spec["context_size"],
+        probe["n_sequences"],
+        probe["max_half_length"],
+        probe["seed"],
     )
     heads, summary = probe_model(model, batch)
     heads = heads.assign(
-        **{c: spec[c] for c in RUN_COLUMNS if c != "run_id"}, run_id=spec["run_id"],
-        step=ckpt["step"], tokens=ckpt["tokens"], n_params=ckpt["n_params"],
-        train_loss=ckpt["train_loss"], val_loss=ckpt["val_loss"], **summary,
+        **{c: spec[c] for c in RUN_COLUMNS if c != "run_id"},
+        run_id=spec["run_id"],
+        step=ckpt["step"],
+        tokens=ckpt["tokens"],
+        n_params=ckpt["n_params"],
+        train_loss=ckpt["train_loss"],
+        val_loss=ckpt["val_loss"],
+        **summary,
     )
     return heads
 
@@ -73,15 +89,16 @@ def probe_run(run_dir: Path, probe: dict, device: torch.device) -> tuple[pd.Data
     for ckpt in list_checkpoints(run_dir):
         cache = Path(run_dir) / "probes" / "cache" / f"step_{ckpt['step']:06d}.parquet"
         key = cache_key(ckpt, probe)
-        if cache.exists() and pq.read_schema(cache).metadata.get(b"key") == key.encode():
+        if cache.exists() and read_parquet_key(cache) == key:
             frames.append(pd.read_parquet(cache))
             continue
         df = probe_checkpoint(ckpt, probe, device)
-        table = pa.Table.from_pandas(df, preserve_index=False)
-        table = table.replace_schema_metadata({**table.schema.metadata, b"key": key.encode()})
-        atomic_write(cache, lambda tmp, t=table: pq.write_table(t, tmp))
-        print(f"probed step {ckpt['step']}: ps_max {df['ps_max'].iat[0]:.3f}"
-              f" ar_acc {df['ar_acc'].iat[0]:.3f}", flush=True)
+        write_parquet(df, cache, key=key)
+        print(
+            f"probed step {ckpt['step']}: ps_max {df['ps_max'].iat[0]:.3f}"
+            f" ar_acc {df['ar_acc'].iat[0]:.3f}",
+            flush=True,
+        )
         frames.append(df)
     if not frames:
         raise FileNotFoundError(f"no checkpoints under {run_dir}/ckpt")
@@ -96,8 +113,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--run-dir", required=True, type=Path, help="run folder with ckpt/")
     p.add_argument("--probe", required=True, help="probe settings as JSON (config 'probe')")
     p.add_argument("--heads", required=True, type=Path, help="output: per-head table (Parquet)")
-    p.add_argument("--model-table", required=True, type=Path,
-                   help="output: per-checkpoint model-level table (Parquet)")
+    p.add_argument(
+        "--model-table",
+        required=True,
+        type=Path,
+        help="output: per-checkpoint model-level table (Parquet)",
+    )
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, ...")
     p.add_argument("--threads", type=int, default=1, help="torch threads on the CPU")
     args = p.parse_args(argv)

@@ -32,9 +32,9 @@ from ihsweep.checkpoints import (
     load_resume_state,
     save_checkpoint,
     save_resume_state,
-    write_json,
 )
 from ihsweep.data.chunks import open_chunks, read_chunks_meta
+from ihsweep.io import write_json
 from ihsweep.model import GPT, GPTConfig, count_flops_per_token
 
 EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: "try again", the retry resumes from the saved state
@@ -81,8 +81,9 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-# Settings that change how a run executes, not what it computes: changing them keeps the state.
-EXECUTION_KEYS = ("device", "threads", "log_every")
+# Logging cadence changes what is written, not what is computed: changing it keeps the state.
+# (Device and threads are not in the spec at all; they are command-line flags.)
+EXECUTION_KEYS = ("log_every",)
 
 
 def spec_hash(spec: dict) -> str:
@@ -105,8 +106,10 @@ class StopRequested:
 
 def format_eta(seconds: float) -> str:
     seconds = int(max(0, seconds))
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else (
-        f"{seconds // 60}m{seconds % 60:02d}s"
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+        if seconds >= 3600
+        else (f"{seconds // 60}m{seconds % 60:02d}s")
     )
 
 
@@ -123,15 +126,21 @@ def evaluate(model: GPT, batches: list[torch.Tensor], device, autocast) -> float
     return float(np.mean(losses))
 
 
-def train(spec: dict, data_dir: Path, run_dir: Path, device_name: str | None = None,
-          stop_after_step: int | None = None) -> dict:
+def train(
+    spec: dict,
+    data_dir: Path,
+    run_dir: Path,
+    device: str = "auto",
+    threads: int = 1,
+    stop_after_step: int | None = None,
+) -> dict:
     """Run (or resume) one training run; returns the summary written to ``run.json``."""
     run_dir, tcfg = Path(run_dir), spec["training"]
     B, C, seed = spec["batch_size"], spec["context_size"], spec["seed"]
     total_steps, ckpt_steps = spec["total_steps"], set(spec["checkpoint_steps"])
-    device = pick_device(device_name or tcfg["device"])
+    device = pick_device(device)
     if device.type == "cpu":
-        torch.set_num_threads(tcfg["threads"])
+        torch.set_num_threads(threads)
     else:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -148,8 +157,12 @@ def train(spec: dict, data_dir: Path, run_dir: Path, device_name: str | None = N
     cfg = GPTConfig(vocab_size=meta["vocab_size"], **spec["model_config"])
     model = GPT(cfg).to(device)
     optim = torch.optim.AdamW(
-        model.parameters(), lr=tcfg["lr"], betas=tuple(tcfg["betas"]), eps=tcfg["eps"],
-        weight_decay=tcfg["weight_decay"], fused=device.type == "cuda",
+        model.parameters(),
+        lr=tcfg["lr"],
+        betas=tuple(tcfg["betas"]),
+        eps=tcfg["eps"],
+        weight_decay=tcfg["weight_decay"],
+        fused=device.type == "cuda",
     )
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
 
@@ -163,7 +176,11 @@ def train(spec: dict, data_dir: Path, run_dir: Path, device_name: str | None = N
             shutil.rmtree(run_dir / sub, ignore_errors=True)
         loss_log.unlink(missing_ok=True)
         state = None
+    # Train losses of the last log window, kept in the state so that a resumed run logs the
+    # same windowed means as an uninterrupted one.
+    recent: list[float] = []
     if state is not None:
+        recent = state["recent_losses"].tolist()
         model.load_state_dict(state["model"])
         optim.load_state_dict(state["optim"])
         torch.set_rng_state(state["rng_cpu"])
@@ -178,17 +195,28 @@ def train(spec: dict, data_dir: Path, run_dir: Path, device_name: str | None = N
         if with_checkpoint:
             val_loss = evaluate(model, val_batches, device, autocast)
             ckpt_meta = {
-                "run_id": spec["run_id"], "tokens": step * B * C, "train_loss": train_loss,
-                "val_loss": val_loss, "model_config": cfg.to_dict(),
-                "n_params": model.n_params(), "spec": spec,
+                "run_id": spec["run_id"],
+                "tokens": step * B * C,
+                "train_loss": train_loss,
+                "val_loss": val_loss,
+                "model_config": cfg.to_dict(),
+                "n_params": model.n_params(),
+                "spec": spec,
             }
             save_checkpoint(run_dir, step, model, ckpt_meta)
             with open(loss_log, "a") as f:
                 f.write(f"{step},{step * B * C},val,{val_loss:.6f},\n")
-        save_resume_state(run_dir, {
-            "step": step, "spec_hash": fingerprint, "model": model.state_dict(),
-            "optim": optim.state_dict(), "rng_cpu": torch.get_rng_state(),
-        })
+        save_resume_state(
+            run_dir,
+            {
+                "step": step,
+                "spec_hash": fingerprint,
+                "model": model.state_dict(),
+                "optim": optim.state_dict(),
+                "rng_cpu": torch.get_rng_state(),
+                "recent_losses": torch.tensor(recent[-tcfg["log_every"] :], dtype=torch.float64),
+            },
+        )
 
     if step == 0 and 0 in ckpt_steps:
         save(0, float("nan"), True)
@@ -197,7 +225,7 @@ def train(spec: dict, data_dir: Path, run_dir: Path, device_name: str | None = N
     stop = StopRequested()
     flops_per_token = count_flops_per_token(cfg, C)
     model.train()
-    recent, t0, step0 = [], time.perf_counter(), step
+    t0, step0 = time.perf_counter(), step
     while step < total_steps:
         lr = lr_at(step, total_steps, tcfg["lr"], tcfg["warmup_fraction"])
         for group in optim.param_groups:
@@ -208,7 +236,8 @@ def train(spec: dict, data_dir: Path, run_dir: Path, device_name: str | None = N
         loss = F.cross_entropy(logits.float().flatten(0, 1), x[:, 1:].flatten())
         optim.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg["grad_clip"])
+        if tcfg["grad_clip"] is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg["grad_clip"])
         optim.step()
         step += 1
         recent.append(loss.item())
@@ -228,25 +257,31 @@ def train(spec: dict, data_dir: Path, run_dir: Path, device_name: str | None = N
             )
         if step in ckpt_steps:
             save(step, float(np.mean(recent[-tcfg["log_every"] :])), True)
-            recent = recent[-tcfg["log_every"] :]
+            del recent[: -tcfg["log_every"]]
         if stop.signum is not None or step == stop_after_step:
             if step not in ckpt_steps:
                 save(step, float("nan"), False)
             if stop.signum is not None:
-                print(f"[{spec['run_id']}] signal {stop.signum}: state saved at step {step}",
-                      flush=True)
+                print(
+                    f"[{spec['run_id']}] signal {stop.signum}: state saved at step {step}",
+                    flush=True,
+                )
                 sys.exit(EXIT_INTERRUPTED)
             return {}
 
     elapsed = time.perf_counter() - t0
     summary = {
-        "run_id": spec["run_id"], "steps": total_steps, "tokens": total_steps * B * C,
-        "n_params": model.n_params(), "device": str(device),
+        "run_id": spec["run_id"],
+        "steps": total_steps,
+        "tokens": total_steps * B * C,
+        "n_params": model.n_params(),
+        "device": str(device),
         "checkpoints": [m["step"] for m in list_checkpoints(run_dir)],
         "final_train_loss": float(np.mean(recent[-tcfg["log_every"] :])) if recent else None,
         "seconds_this_session": round(elapsed, 1),
         "tokens_per_second_this_session": round((step - step0) * B * C / elapsed, 1)
-        if step > step0 else None,
+        if step > step0
+        else None,
         "spec_hash": fingerprint,
     }
     write_json(run_dir / "run.json", summary)
@@ -273,11 +308,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--spec", required=True, help="run spec as JSON (Study.train_spec)")
     p.add_argument("--data-dir", required=True, type=Path, help="chunked dataset folder")
     p.add_argument("--run-dir", required=True, type=Path, help="run output folder")
-    p.add_argument("--device", default=None, help="override training.device (cpu, cuda, ...)")
-    p.add_argument("--stop-after-step", type=int, default=None,
-                   help="save resume state and stop after this step (for tests)")
+    p.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N")
+    p.add_argument("--threads", type=int, default=1, help="torch threads on the CPU")
+    p.add_argument(
+        "--stop-after-step",
+        type=int,
+        default=None,
+        help="save resume state and stop after this step (for tests)",
+    )
     args = p.parse_args(argv)
-    train(json.loads(args.spec), args.data_dir, args.run_dir, args.device, args.stop_after_step)
+    spec = json.loads(args.spec)
+    train(spec, args.data_dir, args.run_dir, args.device, args.threads, args.stop_after_step)
 
 
 if __name__ == "__main__":

@@ -14,14 +14,14 @@ rule aggregate_natural:
         ),
     log:
         "results/logs/aggregate/natural.log",
+    conda:
+        "../../envs/analysis.yaml"
     params:
         metric=config["emergence"]["metric"],
         method=config["emergence"]["method"],
         min_rise=config["emergence"]["min_rise"],
         bootstrap=config["lawfit"]["bootstrap"],
         seed=config["lawfit"]["seed"],
-    conda:
-        "../../envs/analysis.yaml"
     shell:
         "python -m ihsweep.aggregate --model-tables {input} --metric {params.metric}"
         " --method {params.method} --min-rise {params.min_rise}"

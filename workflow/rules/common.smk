@@ -1,11 +1,14 @@
 # Validation, wildcard constraints and the helpers that the rules call. No rules here.
 import json
+import os
 import sys
 
 from ihsweep.config import ConfigError, Run, prepare
 
 try:
-    STUDY = prepare(config, schema=workflow.source_path("../schemas/config.schema.yaml"))
+    STUDY = prepare(
+        config, schema=workflow.source_path("../schemas/config.schema.yaml")
+    )
 except ConfigError as err:
     sys.exit(f"config error: {err}")
 
@@ -18,8 +21,14 @@ wildcard_constraints:
     seed=r"\d+",
 
 
-RUN = "results/runs/{data}/{model}/B{batch}-C{ctx}-s{seed}"
-RUN_LOG = "results/logs/{rule}/{data}/{model}/B{batch}-C{ctx}-s{seed}.log"
+def input_dir(wildcards, input):
+    """The folder of a rule's first input (passed to steps that read a whole folder)."""
+    return os.path.dirname(input[0])
+
+
+def output_dir(wildcards, output):
+    """The folder of a rule's first output."""
+    return os.path.dirname(output[0])
 
 
 def dataset_spec_json(wildcards):

@@ -8,13 +8,14 @@ rule tokenize:
         meta="results/data/{data}/tokens.json",
     log:
         "results/logs/tokenize/{data}.log",
-    params:
-        spec=dataset_spec_json,
     conda:
         "../../envs/train.yaml"
+    params:
+        spec=dataset_spec_json,
+        out_dir=output_dir,
     shell:
         "python -m ihsweep.data.natural tokenize --spec {params.spec:q}"
-        " --out-dir results/data/{wildcards.data} > {log} 2>&1"
+        " --out-dir {params.out_dir} > {log} 2>&1"
 
 
 rule chunk:
@@ -26,11 +27,13 @@ rule chunk:
         meta="results/data/{data}/C{ctx}/chunks.json",
     log:
         "results/logs/chunk/{data}/C{ctx}.log",
-    params:
-        spec=dataset_spec_json,
     conda:
         "../../envs/train.yaml"
+    params:
+        spec=dataset_spec_json,
+        tokens_dir=input_dir,
+        out_dir=output_dir,
     shell:
-        "python -m ihsweep.data.natural chunk --tokens-dir results/data/{wildcards.data}"
-        " --context {wildcards.ctx} --spec {params.spec:q}"
-        " --out-dir results/data/{wildcards.data}/C{wildcards.ctx} > {log} 2>&1"
+        "python -m ihsweep.data.natural chunk --tokens-dir {params.tokens_dir}"
+        " --context {wildcards.ctx} --spec {params.spec:q} --out-dir {params.out_dir}"
+        " > {log} 2>&1"

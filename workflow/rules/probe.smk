@@ -3,18 +3,18 @@
 
 rule probe:
     input:
-        RUN + "/run.json",
+        "results/runs/{data}/{model}/B{batch}-C{ctx}-s{seed}/run.json",
     output:
-        heads=RUN + "/probes/heads.parquet",
-        model=RUN + "/probes/model.parquet",
+        heads="results/runs/{data}/{model}/B{batch}-C{ctx}-s{seed}/probes/heads.parquet",
+        model="results/runs/{data}/{model}/B{batch}-C{ctx}-s{seed}/probes/model.parquet",
     log:
         "results/logs/probe/{data}/{model}/B{batch}-C{ctx}-s{seed}.log",
-    params:
-        probe=probe_json,
-        run_dir=RUN,
-    threads: 1
     conda:
         "../../envs/train.yaml"
+    threads: 1
+    params:
+        probe=probe_json,
+        run_dir=input_dir,
     shell:
         "python -m ihsweep.probe --run-dir {params.run_dir} --probe {params.probe:q}"
         " --heads {output.heads} --model-table {output.model} --threads {threads} > {log} 2>&1"

@@ -44,7 +44,6 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -55,6 +54,7 @@ import tokenizers
 from ihsweep.data import corpus as corpus_mod
 from ihsweep.data import tokenizer as tok_mod
 from ihsweep.data.chunks import CHUNKS_JSON, SPLITS, open_array, open_chunks  # noqa: F401  (re-exported)
+from ihsweep.io import atomic_path, write_json
 
 TOKENS_FORMAT = "ihsweep.natural.tokens/1"
 CHUNKS_FORMAT = "ihsweep.natural.chunks/1"
@@ -147,7 +147,7 @@ def tokenize_corpus(spec: dict, out_dir: str | os.PathLike, base_dir=".") -> dic
         "tokenizers_version": tokenizers.__version__,
         "seconds": {"tokenizer": round(t1 - t0, 3), "encode": round(t2 - t1, 3)},
     }
-    _write_json(out / TOKENS_JSON, meta)
+    write_json(out / TOKENS_JSON, meta)
     return meta
 
 
@@ -170,7 +170,7 @@ def _write_stream(path: Path, arrays: Iterable[np.ndarray], dtype: np.dtype, voc
     """Append id arrays to a temporary file, then move it to path; return (count, sha256)."""
     h = hashlib.sha256()
     n = 0
-    with _atomic_path(path) as tmp, open(tmp, "wb") as f:
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
         for arr in arrays:
             if arr.size and (arr.min() < 0 or arr.max() >= vocab):
                 raise ValueError(f"token id outside [0, {vocab}) while writing {path}")
@@ -376,7 +376,7 @@ def chunk_tokens(
             for k in ("source_sha256", "tokenizer_sha256", "tokens_sha256", "tokenizer_kind")
         },
     }
-    _write_json(out / CHUNKS_JSON, meta)
+    write_json(out / CHUNKS_JSON, meta)
     return meta
 
 
@@ -405,7 +405,7 @@ def _write_split(
 
     after = np.zeros(len(rows), dtype=bool)
     block = max(1, (1 << 22) // context)
-    with _atomic_path(out / f"{split}.bin") as tmp:
+    with atomic_path(out / f"{split}.bin") as tmp:
         dest = _create_memmap(tmp, (len(rows), context), chunks.dtype)
         for start in range(0, len(rows), block):
             x = np.asarray(chunks[rows[start : start + block]])
@@ -415,7 +415,7 @@ def _write_split(
         if isinstance(dest, np.memmap):
             dest.flush()
         del dest
-    with _atomic_path(out / f"{split}_copies.npy") as tmp, open(tmp, "wb") as f:
+    with atomic_path(out / f"{split}_copies.npy") as tmp, open(tmp, "wb") as f:
         np.save(f, copies)
 
     lengths = copies[copies[:, 0] > 0, 0]
@@ -493,33 +493,6 @@ def _create_memmap(path: str, shape: tuple[int, int], dtype) -> np.ndarray:
         Path(path).write_bytes(b"")
         return np.zeros(shape, dtype=dt)
     return np.memmap(path, dtype=dt, mode="w+", shape=shape)
-
-
-class _atomic_path:
-    """Context manager yielding a temporary path next to ``path``, moved onto it on success."""
-
-    def __init__(self, path: Path):
-        self.path = Path(path)
-
-    def __enter__(self) -> str:
-        fd, self.tmp = tempfile.mkstemp(
-            dir=self.path.parent, prefix=f".{self.path.name}.", suffix=".tmp"
-        )
-        os.close(fd)
-        os.chmod(self.tmp, 0o644)  # mkstemp makes 0600; outputs should be readable like any file
-        return self.tmp
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            os.replace(self.tmp, self.path)
-        elif os.path.exists(self.tmp):
-            os.unlink(self.tmp)
-
-
-def _write_json(path: Path, obj: dict) -> None:
-    with _atomic_path(path) as tmp, open(tmp, "w") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-        f.write("\n")
 
 
 # --- command line ----------------------------------------------------------------------------

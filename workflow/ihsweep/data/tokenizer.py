@@ -17,13 +17,14 @@ Either way the result is saved as a single ``tokenizer.json`` and used as a plai
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 from tokenizers import ByteLevelBPETokenizer, Tokenizer
+
+from ihsweep.io import atomic_path
 
 EOT = "<|endoftext|>"
 GPT2_VOCAB_SIZE = 50257
@@ -77,7 +78,8 @@ def build_tokenizer(
     # GPT-2's vocabulary already holds <|endoftext|>; marking it special keeps its id and makes
     # decode(skip_special_tokens=True) drop it.
     tok.add_special_tokens([EOT])
-    _atomic_save(tok, out_path)
+    with atomic_path(out_path) as tmp:
+        tok.save(tmp)
     return load_tokenizer(out_path)
 
 
@@ -141,18 +143,3 @@ def encode_documents(
             yield flush()
     if batch:
         yield flush()
-
-
-def _atomic_save(tok: ByteLevelBPETokenizer, out_path: str | os.PathLike) -> None:
-    out_path = Path(out_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out_path.parent, prefix=f".{out_path.name}.", suffix=".tmp")
-    os.close(fd)
-    os.chmod(tmp, 0o644)  # mkstemp makes 0600; a saved tokenizer should be readable like any file
-    try:
-        tok.save(tmp)
-        os.replace(tmp, out_path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

@@ -1,0 +1,599 @@
+"""Training (ihsweep.train): exact resumption, the schedule, the sampler and the checkpoint files.
+
+The runs here are tiny (a 2-layer, d=32 model on a random 64-token chunked dataset of C = 32), so
+a few hundred updates take seconds on one CPU thread. The central promise of train.py is that a
+run killed at any moment and restarted ends with the same weights, bit for bit on the CPU, as an
+uninterrupted run; the resume tests check it through the real command line, with SIGKILL (resume
+from the last checkpoint) and SIGTERM (state saved at the next step, exit code 75).
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import math
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from ihsweep.checkpoints import (
+    list_checkpoints,
+    load_resume_state,
+    save_checkpoint,
+    save_resume_state,
+)
+from ihsweep.config import prepare
+from ihsweep.model import GPT, GPTConfig
+from ihsweep.train import EXIT_INTERRUPTED, ChunkSampler, lr_at, spec_hash, train
+from safetensors import safe_open
+from safetensors.torch import load_file
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+V, C = 64, 32  # vocabulary and context size of the toy dataset
+B = 4
+STEPS, EVERY = 300, 30  # the resume runs: 300 updates, a checkpoint every 30
+TIMEOUT = 300  # seconds any one training subprocess may take on a loaded machine
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers: a chunked dataset on disk and a training spec built the way the workflow builds it
+
+
+def make_dataset(root: Path, n_train: int = 96, n_val: int = 8, seed: int = 0) -> Path:
+    """A chunked dataset in ihsweep.data.chunks' format: random tokens with a copied segment."""
+    rng = np.random.default_rng(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    seg = C // 4
+    counts = {"train": n_train, "val": n_val}
+    for split, n in counts.items():
+        x = rng.integers(0, V, size=(n, C)).astype("<u2")
+        x[:, C - seg :] = x[:, 2 : 2 + seg]  # an induction-friendly repeat in every chunk
+        x.tofile(root / f"{split}.bin")
+    meta = {
+        "context": C,
+        "vocab_size": V,
+        "dtype": "uint16",
+        "n_train": n_train,
+        "n_val": n_val,
+        "files": {split: {"chunks": f"{split}.bin"} for split in counts},
+    }
+    (root / "chunks.json").write_text(json.dumps(meta))
+    return root
+
+
+def make_spec(
+    steps: int = STEPS,
+    every: int = EVERY,
+    lr: float = 3e-3,
+    log_every: int = 1,
+    seed: int = 0,
+    **training,
+) -> dict:
+    """Study.train_spec of a one-run study, through ihsweep.config.prepare (defaults filled)."""
+    config = {
+        "models": {"toy": {"n_layer": 2, "n_head": 2, "d_model": 32, "mlp": True, "n_ctx": C}},
+        "datasets": {
+            "toy": {
+                "family": "natural",
+                "corpus": {"source": "kjv"},
+                "tokenizer": {"kind": "bpe", "vocab_size": 256},
+            }
+        },
+        "runs": [{"data": "toy", "model": "toy", "batch_size": B, "context_size": C, "seed": seed}],
+        "training": {
+            "tokens": steps * B * C,
+            "lr": lr,
+            "device": "cpu",
+            "threads": 1,
+            "log_every": log_every,
+            "val_batches": 2,
+            **training,
+        },
+        "checkpoints": {"tokens": [k * B * C for k in range(every, steps + 1, every)]},
+    }
+    study = prepare(config, SCHEMA)
+    (run,) = study.runs
+    spec = study.train_spec(run)
+    assert spec["checkpoint_steps"] == sorted({*range(every, steps + 1, every), steps})
+    assert spec["total_steps"] == steps
+    return spec
+
+
+def train_cmd(spec: dict, data_dir: Path, run_dir: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "ihsweep.train",
+        "--spec",
+        json.dumps(spec),
+        "--data-dir",
+        str(data_dir),
+        "--run-dir",
+        str(run_dir),
+    ]
+
+
+def subprocess_env() -> dict:
+    path = os.pathsep.join(filter(None, [str(REPO / "workflow"), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path}
+
+
+def run_to_end(spec: dict, data_dir: Path, run_dir: Path) -> str:
+    """Run (or resume) training in a subprocess to completion; return its output."""
+    proc = subprocess.run(
+        train_cmd(spec, data_dir, run_dir),
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    last = list_checkpoints(run_dir)[-1]
+    return load_file(last["weights"])
+
+
+def assert_same_tensors(got: dict, want: dict) -> None:
+    assert got.keys() == want.keys()
+    different = [name for name in want if not torch.equal(got[name], want[name])]
+    assert not different, f"tensors differ from the uninterrupted run: {different}"
+
+
+def loss_rows(run_dir: Path) -> list[list[str]]:
+    """Complete rows of loss.csv (a half-written last line, if any, is skipped)."""
+    path = run_dir / "loss.csv"
+    if not path.exists():
+        return []
+    lines = path.read_text().split("\n")[1:-1]  # header, and the text after the last newline
+    return [row for row in (line.split(",") for line in lines) if len(row) == 5]
+
+
+def last_train_step(run_dir: Path) -> int:
+    steps = [int(row[0]) for row in loss_rows(run_dir) if row[2] == "train"]
+    return max(steps, default=0)
+
+
+def saved_checkpoint_steps(run_dir: Path) -> list[int]:
+    return [m["step"] for m in list_checkpoints(run_dir)]
+
+
+def wait_for_step(proc: subprocess.Popen, run_dir: Path, step: int, log: Path) -> None:
+    """Poll loss.csv until training has logged ``step``; fail if the process ends first."""
+    deadline = time.monotonic() + TIMEOUT
+    while last_train_step(run_dir) < step:
+        if proc.poll() is not None:
+            pytest.fail(
+                f"training ended (rc {proc.returncode}) before step {step}: " + log.read_text()
+            )
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"training did not reach step {step} in {TIMEOUT} s")
+        time.sleep(0.002)
+
+
+def assert_loss_log_clean(run_dir: Path, spec: dict) -> None:
+    """One train row per step (log_every = 1), one val row per checkpoint, nothing twice."""
+    rows = loss_rows(run_dir)
+    keys = [(int(row[0]), row[2]) for row in rows]
+    assert len(keys) == len(set(keys)), "loss.csv has duplicated steps"
+    train_steps = [step for step, split in keys if split == "train"]
+    val_steps = [step for step, split in keys if split == "val"]
+    assert train_steps == list(range(1, spec["total_steps"] + 1))
+    assert val_steps == spec["checkpoint_steps"]
+
+
+@pytest.fixture(autouse=True)
+def _restore_signal_handlers():
+    """In-process train() installs SIGTERM/SIGUSR1 handlers; give pytest its own back."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    return make_dataset(tmp_path_factory.mktemp("data") / "C32")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, data_dir) -> dict:
+    """The uninterrupted run of make_spec(), through the command line."""
+    spec = make_spec()
+    run_dir = tmp_path_factory.mktemp("reference") / "run"
+    out = run_to_end(spec, data_dir, run_dir)
+    assert "resuming" not in out
+    return {
+        "spec": spec,
+        "run_dir": run_dir,
+        "weights": final_weights(run_dir),
+        "loss_csv": (run_dir / "loss.csv").read_text(),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Kill and resume
+
+
+@pytest.mark.slow
+def test_sigkill_then_rerun_resumes_from_last_checkpoint_bit_for_bit(reference, data_dir, tmp_path):
+    spec = reference["spec"]
+    ckpts = spec["checkpoint_steps"]
+    kill_after = random.Random(20240611).randrange(ckpts[1], ckpts[-2])
+    run_dir, log = tmp_path / "run", tmp_path / "first.log"
+
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            train_cmd(spec, data_dir, run_dir),
+            env=subprocess_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_for_step(proc, run_dir, kill_after, log)
+            proc.send_signal(signal.SIGKILL)
+        finally:
+            proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+
+    assert not (run_dir / "run.json").exists(), "a killed run must not look finished"
+    saved = saved_checkpoint_steps(run_dir)
+    logged = last_train_step(run_dir)
+    assert kill_after <= logged < spec["total_steps"]
+    assert saved and saved == [s for s in ckpts if s <= saved[-1]]
+    assert saved[-1] >= ckpts[1]
+    for meta in list_checkpoints(run_dir):  # a checkpoint's JSON is written after its weights
+        assert load_file(meta["weights"]).keys() == reference["weights"].keys()
+
+    out = run_to_end(spec, data_dir, run_dir)
+    resumed = re.findall(r"resuming at step (\d+)/(\d+)", out)
+    assert len(resumed) == 1, out
+    step, total = map(int, resumed[0])
+    assert total == spec["total_steps"]
+    if logged > saved[-1]:
+        # Training went on past the last checkpoint, so its resume state was complete.
+        assert step == saved[-1]
+    else:
+        # Killed right after the checkpoint's files and before its resume state: the one
+        # checkpoint before it is the last complete state.
+        assert step in saved[-2:]
+
+    assert (run_dir / "run.json").exists()
+    assert saved_checkpoint_steps(run_dir) == ckpts
+    assert_same_tensors(final_weights(run_dir), reference["weights"])
+    assert_loss_log_clean(run_dir, spec)
+    assert (run_dir / "loss.csv").read_text() == reference["loss_csv"]
+
+
+@pytest.mark.slow
+def test_sigterm_saves_state_exits_75_and_rerun_resumes_there(reference, data_dir, tmp_path):
+    spec = reference["spec"]
+    ckpts = spec["checkpoint_steps"]
+    # A step that is no checkpoint: the state must then be saved at whatever step was reached.
+    rng = random.Random(7)
+    target = rng.choice([s for s in range(ckpts[0] + 1, ckpts[-2]) if s not in ckpts])
+    run_dir, log = tmp_path / "run", tmp_path / "first.log"
+
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            train_cmd(spec, data_dir, run_dir),
+            env=subprocess_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_for_step(proc, run_dir, target, log)
+            proc.send_signal(signal.SIGTERM)
+            rc = proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    text = log.read_text()
+    assert rc == EXIT_INTERRUPTED == 75, text
+    saved_at = re.findall(r"signal 15: state saved at step (\d+)", text)
+    assert len(saved_at) == 1, text
+    stopped = int(saved_at[0])
+    assert target <= stopped < spec["total_steps"]
+    assert not (run_dir / "run.json").exists()
+    state = load_resume_state(run_dir)
+    assert int(state["step"]) == stopped
+    assert last_train_step(run_dir) == stopped
+    assert saved_checkpoint_steps(run_dir) == [s for s in ckpts if s <= stopped]
+
+    out = run_to_end(spec, data_dir, run_dir)
+    assert re.findall(r"resuming at step (\d+)/", out) == [str(stopped)]
+    assert_same_tensors(final_weights(run_dir), reference["weights"])
+    assert_loss_log_clean(run_dir, spec)
+    assert (run_dir / "loss.csv").read_text() == reference["loss_csv"]
+
+
+def test_stop_after_step_then_resume_in_process_matches(reference, data_dir, tmp_path, capsys):
+    spec = reference["spec"]
+    stop = 77  # not a checkpoint step
+    assert stop not in spec["checkpoint_steps"]
+    run_dir = tmp_path / "run"
+
+    assert train(spec, data_dir, run_dir, stop_after_step=stop) == {}
+    assert not (run_dir / "run.json").exists()
+    assert int(load_resume_state(run_dir)["step"]) == stop
+    assert saved_checkpoint_steps(run_dir) == [30, 60]
+
+    summary = train(spec, data_dir, run_dir)
+    out = capsys.readouterr().out
+    assert f"resuming at step {stop}/{spec['total_steps']}" in out
+    assert summary["checkpoints"] == spec["checkpoint_steps"]
+    assert json.loads((run_dir / "run.json").read_text()) == summary
+    # The in-process run also matches the command-line run, every checkpoint of it.
+    for meta in list_checkpoints(run_dir):
+        want = load_file(reference["run_dir"] / "ckpt" / Path(meta["weights"]).name)
+        assert_same_tensors(load_file(meta["weights"]), want)
+    assert (run_dir / "loss.csv").read_text() == reference["loss_csv"]
+
+
+def test_rerun_of_a_finished_run_changes_nothing(tmp_path, data_dir, capsys):
+    spec = make_spec(steps=40, every=20)
+    run_dir = tmp_path / "run"
+    train(spec, data_dir, run_dir)
+    weights = final_weights(run_dir)
+    loss_csv = (run_dir / "loss.csv").read_text()
+    capsys.readouterr()
+    summary = train(spec, data_dir, run_dir)
+    assert "resuming at step 40/40" in capsys.readouterr().out
+    assert summary["checkpoints"] == [20, 40]
+    assert_same_tensors(final_weights(run_dir), weights)
+    assert (run_dir / "loss.csv").read_text() == loss_csv
+
+
+def test_resume_between_log_lines_records_the_same_train_loss(tmp_path, data_dir):
+    spec = make_spec(steps=60, every=30, log_every=10)
+    ref_dir, run_dir = tmp_path / "ref", tmp_path / "run"
+    train(spec, data_dir, ref_dir)
+    train(spec, data_dir, run_dir, stop_after_step=25)
+    train(spec, data_dir, run_dir)
+    assert_same_tensors(final_weights(run_dir), final_weights(ref_dir))  # the weights do agree
+    for got, want in zip(list_checkpoints(run_dir), list_checkpoints(ref_dir), strict=True):
+        assert got["train_loss"] == want["train_loss"], got["step"]
+    assert (run_dir / "loss.csv").read_text() == (ref_dir / "loss.csv").read_text()
+
+
+def test_changed_spec_starts_afresh(tmp_path, data_dir, capsys):
+    spec = make_spec(steps=60, every=20)
+    changed = make_spec(steps=60, every=20, lr=1e-3)
+    assert spec_hash(changed) != spec_hash(spec)
+    run_dir, fresh_dir = tmp_path / "run", tmp_path / "fresh"
+
+    train(spec, data_dir, run_dir, stop_after_step=45)
+    assert saved_checkpoint_steps(run_dir) == [20, 40]
+    old_weights = load_file(run_dir / "ckpt" / "step_000020.safetensors")
+    (run_dir / "probes").mkdir()
+    (run_dir / "probes" / "heads.parquet").write_text("stale")
+    capsys.readouterr()
+
+    train(changed, data_dir, run_dir, stop_after_step=10)
+    out = capsys.readouterr().out
+    assert "spec changed since the saved state: starting afresh" in out
+    assert "resuming" not in out
+    assert saved_checkpoint_steps(run_dir) == []  # the old run's checkpoints are gone
+    assert not (run_dir / "probes").exists()
+    assert int(load_resume_state(run_dir)["step"]) == 10
+    assert last_train_step(run_dir) == 10
+
+    train(changed, data_dir, run_dir)
+    assert "resuming at step 10/60" in capsys.readouterr().out
+    train(changed, data_dir, fresh_dir)
+    assert_same_tensors(final_weights(run_dir), final_weights(fresh_dir))
+    assert (run_dir / "loss.csv").read_text() == (fresh_dir / "loss.csv").read_text()
+    first = load_file(run_dir / "ckpt" / "step_000020.safetensors")
+    assert not all(torch.equal(first[k], old_weights[k]) for k in first)
+    meta = json.loads((run_dir / "ckpt" / "step_000060.json").read_text())
+    assert meta["spec"] == changed
+
+
+def test_changed_execution_settings_keep_the_state(tmp_path, data_dir, capsys):
+    spec = make_spec(steps=60, every=20)
+    run_dir, ref_dir = tmp_path / "run", tmp_path / "ref"
+    train(spec, data_dir, run_dir, stop_after_step=30)
+    capsys.readouterr()
+    # device and threads say how a run executes, not what it is: they are not in the spec.
+    assert not {"device", "threads"} & set(spec["training"])
+    moved = copy.deepcopy(spec)
+    moved["training"].update(log_every=7)
+    assert spec_hash(moved) == spec_hash(spec)
+    train(moved, data_dir, run_dir, stop_after_step=40)
+    out = capsys.readouterr().out
+    assert "resuming at step 30/60" in out and "starting afresh" not in out
+    train(spec, data_dir, run_dir)
+    train(spec, data_dir, ref_dir)
+    assert_same_tensors(final_weights(run_dir), final_weights(ref_dir))
+
+
+def test_grad_clip_null_turns_clipping_off(tmp_path, data_dir):
+    spec = make_spec(steps=4, every=4, grad_clip=None)
+    assert spec["training"]["grad_clip"] is None
+    summary = train(spec, data_dir, tmp_path / "run")
+    assert summary["checkpoints"] == [4]
+
+
+# --------------------------------------------------------------------------------------------
+# Learning-rate schedule
+
+
+def test_lr_at_warmup_then_cosine_to_zero():
+    lr, total = 0.01, 100  # warmup: round(0.1 * 100) = 10 steps
+    assert lr_at(0, total, lr, 0.1) == pytest.approx(0.001)
+    assert lr_at(4, total, lr, 0.1) == pytest.approx(0.005)
+    assert lr_at(9, total, lr, 0.1) == pytest.approx(0.01)
+    # Cosine over the remaining 90 steps: progress (step - 10) / 90.
+    assert lr_at(10, total, lr, 0.1) == pytest.approx(0.01)
+    assert lr_at(40, total, lr, 0.1) == pytest.approx(0.01 * 0.5 * (1 + math.cos(math.pi / 3)))
+    assert lr_at(40, total, lr, 0.1) == pytest.approx(0.0075)
+    assert lr_at(55, total, lr, 0.1) == pytest.approx(0.005)
+    assert lr_at(70, total, lr, 0.1) == pytest.approx(0.0025)
+    assert lr_at(99, total, lr, 0.1) == pytest.approx(
+        0.01 * 0.5 * (1 + math.cos(math.pi * 89 / 90))
+    )
+    assert lr_at(99, total, lr, 0.1) < 1e-5
+    assert lr_at(100, total, lr, 0.1) == pytest.approx(0.0, abs=1e-15)
+    assert lr_at(150, total, lr, 0.1) == pytest.approx(0.0, abs=1e-15)  # clamped, not rising
+    values = [lr_at(s, total, lr, 0.1) for s in range(total)]
+    assert max(values) == pytest.approx(lr)
+    assert all(a < b for a, b in itertools.pairwise(values[:10]))
+    assert all(a > b for a, b in itertools.pairwise(values[10:]))
+
+
+def test_lr_at_without_warmup_and_short_runs():
+    # No warmup: warmup = max(1, 0) = 1 step at the peak, then cosine over the other 9.
+    assert lr_at(0, 10, 0.5, 0.0) == pytest.approx(0.5)
+    assert lr_at(1, 10, 0.5, 0.0) == pytest.approx(0.5)
+    assert lr_at(2, 10, 0.5, 0.0) == pytest.approx(0.5 * 0.5 * (1 + math.cos(math.pi / 9)))
+    # The default 1% warmup of a 300-step run: round(3.0) = 3 steps.
+    assert [lr_at(s, 300, 3e-3, 0.01) for s in range(3)] == pytest.approx([1e-3, 2e-3, 3e-3])
+    # A one-step run trains at the peak.
+    assert lr_at(0, 1, 0.5, 0.01) == pytest.approx(0.5)
+
+
+# --------------------------------------------------------------------------------------------
+# ChunkSampler
+
+
+def identity_chunks(n: int, context: int = 4) -> np.ndarray:
+    """Chunk i is [i, i, ..., i], so a batch tells which chunks it holds."""
+    return np.repeat(np.arange(n, dtype=np.uint16)[:, None], context, axis=1)
+
+
+def rows_of(batch: torch.Tensor) -> list[int]:
+    assert (batch == batch[:, :1]).all()
+    return batch[:, 0].tolist()
+
+
+def flat_order(sampler: ChunkSampler, steps: int) -> list[int]:
+    return [row for step in range(steps) for row in rows_of(sampler.batch(step))]
+
+
+@pytest.mark.parametrize(("n", "batch_size"), [(10, 4), (12, 4), (3, 8), (7, 1)])
+def test_sampler_covers_every_chunk_once_per_epoch(n, batch_size):
+    sampler = ChunkSampler(identity_chunks(n), batch_size, seed=3)
+    epochs = 4
+    order = flat_order(sampler, math.ceil(epochs * n / batch_size))
+    for e in range(epochs):
+        assert sorted(order[e * n : (e + 1) * n]) == list(range(n)), f"epoch {e}"
+
+
+def test_sampler_batch_is_a_pure_function_of_seed_and_step():
+    chunks = identity_chunks(10)
+    ahead = ChunkSampler(chunks, 4, seed=5)
+    forward = {step: ahead.batch(step) for step in range(12)}
+    # A fresh sampler asked in another order (epochs revisited, as after a resume) agrees.
+    jumping = ChunkSampler(chunks, 4, seed=5)
+    for step in [11, 0, 7, 2, 2, 9, 5, 1, 10, 3, 8, 6, 4]:
+        assert torch.equal(jumping.batch(step), forward[step]), step
+    batch = forward[0]
+    assert batch.dtype == torch.int64 and batch.shape == (4, 4)
+
+
+def test_sampler_seeds_and_epochs_differ():
+    n = 50
+    chunks = identity_chunks(n)
+    orders = {seed: flat_order(ChunkSampler(chunks, 5, seed), 2 * n // 5) for seed in (0, 1)}
+    assert orders[0][:n] != orders[1][:n]
+    assert orders[0][:n] != orders[0][n:], "each epoch needs a fresh permutation"
+    assert orders[0][:n] != list(range(n)), "chunks must be shuffled"
+
+
+def test_sampler_batch_across_an_epoch_boundary():
+    n, batch_size = 10, 4  # batch 2 holds flat positions 8..11: 2 rows of epoch 0, 2 of epoch 1
+    sampler = ChunkSampler(identity_chunks(n), batch_size, seed=11)
+    b = [rows_of(sampler.batch(step)) for step in range(5)]  # flat 0..19: epochs 0 and 1
+    epoch0 = b[0] + b[1] + b[2][:2]
+    epoch1 = b[2][2:] + b[3] + b[4]
+    assert sorted(epoch0) == list(range(n)) == sorted(epoch1)
+    assert epoch0 != epoch1
+    # Asked first, before any other batch of either epoch, the boundary batch is the same.
+    assert rows_of(ChunkSampler(identity_chunks(n), batch_size, seed=11).batch(2)) == b[2]
+
+
+# --------------------------------------------------------------------------------------------
+# Checkpoint files
+
+
+def test_checkpoint_files(tmp_path, data_dir):
+    spec = make_spec(steps=50, every=20, log_every=5)
+    assert spec["checkpoint_steps"] == [20, 40, 50]
+    run_dir = tmp_path / "run"
+    summary = train(spec, data_dir, run_dir)
+
+    cfg = GPTConfig(vocab_size=V, **spec["model_config"])
+    model = GPT(cfg)
+    shapes = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    metas = list_checkpoints(run_dir)
+    assert [m["step"] for m in metas] == spec["checkpoint_steps"] == summary["checkpoints"]
+    for meta in metas:
+        step = meta["step"]
+        weights = Path(meta["weights"])
+        assert weights.name == f"step_{step:06d}.safetensors"
+        tensors = load_file(weights)
+        assert {name: tuple(t.shape) for name, t in tensors.items()} == shapes
+        assert all(t.dtype == torch.float32 for t in tensors.values())
+        model.load_state_dict(tensors)  # strict: the names are the model's own
+        with safe_open(weights, "pt") as f:
+            assert f.metadata() == {"step": str(step)}
+
+        assert meta["tokens"] == step * B * C
+        assert meta["n_params"] == model.n_params()
+        assert meta["model_config"] == cfg.to_dict() == {"vocab_size": V, **spec["model_config"]}
+        assert meta["spec"] == spec
+        assert meta["run_id"] == spec["run_id"]
+        assert math.isfinite(meta["train_loss"]) and math.isfinite(meta["val_loss"])
+        assert 0 < meta["val_loss"] < 2 * math.log(V)
+    # The val loss of each checkpoint is also in loss.csv.
+    val = {int(r[0]): float(r[3]) for r in loss_rows(run_dir) if r[2] == "val"}
+    assert val == {m["step"]: pytest.approx(m["val_loss"], abs=1e-6) for m in metas}
+
+    # The final checkpoint is the model of the resume state.
+    state = load_resume_state(run_dir)
+    assert int(state["step"]) == 50
+    assert_same_tensors(load_file(metas[-1]["weights"]), state["model"])
+
+    assert summary["steps"] == 50 and summary["tokens"] == 50 * B * C
+    assert summary["n_params"] == model.n_params()
+    leftovers = [p for p in run_dir.rglob("*") if p.name.endswith(".tmp")]
+    assert not leftovers, leftovers
+
+
+def test_failed_writes_keep_the_old_files_and_leave_no_temporary(tmp_path):
+    """A write that fails half-way (as a kill would) never replaces a complete file."""
+    model = GPT(GPTConfig(vocab_size=V, n_ctx=C, n_layer=1, n_head=2, d_model=8))
+    save_checkpoint(tmp_path, 5, model, {"tokens": 5 * B * C})
+    save_resume_state(tmp_path, {"step": 5, "model": model.state_dict()})
+    files = sorted(p for p in tmp_path.rglob("*") if p.is_file())
+    assert [p.name for p in files] == ["step_000005.json", "step_000005.safetensors", "resume.pt"]
+    before = {p: p.read_bytes() for p in files}
+
+    shared = torch.nn.Module()  # safetensors refuses tensors that share memory
+    weight = torch.zeros(3)
+    shared.register_buffer("a", weight)
+    shared.register_buffer("b", weight)
+    with pytest.raises(RuntimeError):
+        save_checkpoint(tmp_path, 5, shared, {"tokens": 5 * B * C})
+    with pytest.raises(TypeError):  # fails after the JSON's first lines are out
+        save_checkpoint(tmp_path, 5, model, {"tokens": object()})
+    with pytest.raises(Exception, match="pickle"):
+        save_resume_state(tmp_path, {"step": 6, "model": lambda: None})
+
+    assert sorted(p for p in tmp_path.rglob("*") if p.is_file()) == files  # no *.tmp left
+    assert {p: p.read_bytes() for p in files} == before
+    assert int(load_resume_state(tmp_path)["step"]) == 5
+    assert [m["step"] for m in list_checkpoints(tmp_path)] == [5]
