@@ -1,7 +1,8 @@
 # Training: one job per (data, model, batch size, context size, seed). The declared output is
 # the completion marker run.json; checkpoints and resume state live beside it, undeclared, so
 # that Snakemake never deletes them before a retry and a killed job resumes where it stopped.
-# Device and threads are passed outside `params`: changing where a run executes never retrains.
+# Device and threads are a resource and the thread count, not `params`: changing where a run
+# executes never retrains it.
 
 
 rule train:
@@ -14,11 +15,13 @@ rule train:
     conda:
         "../../envs/train.yaml"
     threads: config["training"]["threads"]
+    resources:
+        device=config["training"]["device"],
     params:
         spec=train_spec_json,
         data_dir=input_dir,
         run_dir=output_dir,
     shell:
         "python -m ihsweep.train --spec {params.spec:q} --data-dir {params.data_dir}"
-        " --run-dir {params.run_dir} --device {config[training][device]} --threads {threads}"
+        " --run-dir {params.run_dir} --device {resources.device} --threads {threads}"
         " >> {log} 2>&1"
