@@ -105,7 +105,11 @@ def plot_run_curves(model_table: pd.DataFrame, emergence: pd.DataFrame, out_stem
             Patch(color=POINT_COLOUR, alpha=0.25, label="95% interval"),
         ]
         method = _single_value(emergence, "method", "")
-        fig.suptitle(f"Emergence per run: {METRIC_LABELS.get(metric, metric)}; method: {method}")
+        data = ", ".join(sorted(model_table["data"].unique())) if "data" in model_table else "?"
+        fig.suptitle(
+            f"Emergence per run on data {data}: {METRIC_LABELS.get(metric, metric)};"
+            f" method: {method}"
+        )
         fig.legend(handles=handles, loc="outside lower center", ncols=len(handles))
         return _save(fig, out_stem)
 
@@ -260,19 +264,22 @@ def _plot_vs(ax, done, x_col, group_col, group_name, models) -> None:
         ax.set_yticks([])
         return
     levels = sorted(done[group_col].unique())
+    # The model with the most runs sits on the grid; the others step left or right of it.
+    counts = done["model"].astype(str).value_counts()
+    centre = models.index(max(models, key=lambda m: counts.get(m, 0)))
     for i, level in enumerate(levels):
         colour = PALETTE[i % len(PALETTE)]
         sub = done[done[group_col] == level]
-        # The line joins the geometric mean over runs (models, seeds) at each x.
-        means = sub.groupby(x_col)["updates_pt"].apply(lambda u: 10 ** np.mean(np.log10(u)))
-        if len(means) > 1:
-            ax.plot(means.index, means.to_numpy(), color=colour, lw=1, alpha=0.8)
+        labelled = False
         for j, model in enumerate(models):
-            pts = sub[sub["model"].astype(str) == model]
+            pts = sub[sub["model"].astype(str) == model].sort_values(x_col)
             if not len(pts):
                 continue
-            # The first (smallest) model sits on the line; larger ones step right.
-            dodge = 10 ** (0.03 * j)
+            dodge = 10 ** (0.03 * (j - centre))
+            # The line joins the geometric mean over seeds at each x, per model.
+            means = pts.groupby(x_col)["updates_pt"].apply(lambda u: 10 ** np.mean(np.log10(u)))
+            if len(means) > 1:
+                ax.plot(means.index * dodge, means.to_numpy(), color=colour, lw=1, alpha=0.8)
             ax.errorbar(
                 pts[x_col] * dodge,
                 pts["updates_pt"],
@@ -282,8 +289,9 @@ def _plot_vs(ax, done, x_col, group_col, group_name, models) -> None:
                 color=colour,
                 capsize=2,
                 elinewidth=0.8,
-                label=f"{group_name}={level}" if j == 0 else None,
+                label=None if labelled else f"{group_name}={level}",
             )
+            labelled = True
     ax.set_xscale("log")
     _plain_log_ticks(ax, "y")
     ticks = sorted(done[x_col].unique())
