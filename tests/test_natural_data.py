@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from ihsweep.data import corpus, natural
 from ihsweep.data import tokenizer as tk
+from ihsweep.data.chunks import open_chunks
 
 WORDS = (
     "the and of to in that shall he unto for his a lord they be is him not them it with all "
@@ -202,7 +203,7 @@ def test_tokenize_and_chunk_cli_end_to_end(small_corpus, tokenizer_spec):
     assert cmeta["n_train"] == n_chunks - n_val
     assert cmeta["n_tail_tokens_dropped"] == meta["n_tokens"] - 16 * n_chunks
     assert cmeta["context"] == 16 and cmeta["seed"] == 3 and cmeta["vocab_size"] == vocab
-    train, val = natural.open_chunks(out_dir, "train"), natural.open_chunks(out_dir, "val")
+    train, val = open_chunks(out_dir, "train"), open_chunks(out_dir, "val")
     assert train.shape == (cmeta["n_train"], 16) and val.shape == (n_val, 16)
     assert train.dtype == np.uint16 and val.dtype == np.uint16
     assert (out_dir / "train.bin").stat().st_size == train.size * 2
@@ -257,7 +258,7 @@ def test_open_chunks_rejects_a_file_that_disagrees_with_its_sidecar(small_corpus
     with open(base / "out" / "train.bin", "ab") as f:
         f.write(b"\0\0")
     with pytest.raises(ValueError, match="train.bin"):
-        natural.open_chunks(base / "out", "train")
+        open_chunks(base / "out", "train")
 
 
 # --- repeated-bigram detection and selection -------------------------------------------------
@@ -318,7 +319,7 @@ def test_chunk_reports_the_measured_repeat_shares(small_corpus):
     n_train_before = n - meta["splits"]["val"]["n_before"]
     for split, rows in (("train", grid[:n_train_before]), ("val", grid[n_train_before:])):
         s = meta["splits"][split]
-        written = natural.open_chunks(base / "out", split)
+        written = open_chunks(base / "out", split)
         measured = natural.has_repeated_bigram(written, meta["vocab_size"]).mean()
         assert s["repeat_share_after"] == pytest.approx(measured, abs=1e-6)
         assert abs(measured - 0.25) <= 0.5 / len(written) + 1e-12

@@ -16,7 +16,7 @@ is dropped), holds out the *last* ``val_fraction`` of chunks (contiguous text, s
 passage is also trained on), applies the repetition control to both splits alike, shuffles the
 training chunks (seeded) and writes
 
-- ``train.bin``, ``val.bin``: ``[n, C]`` arrays of the token dtype (:func:`open_chunks`);
+- ``train.bin``, ``val.bin``: ``[n, C]`` arrays of the token dtype (``chunks.open_chunks``);
 - ``train_copies.npy``, ``val_copies.npy``: int32 ``[n, 3]`` rows ``(L, a, b)`` per chunk: an
   injected copy ``x[b:b+L] = x[a:a+L]``, or ``(0, -1, -1)`` for none (:func:`open_copies`);
 - ``chunks.json``: the sidecar, written last (see :data:`CHUNKS_KEYS`).
@@ -53,7 +53,7 @@ import tokenizers
 
 from ihsweep.data import corpus as corpus_mod
 from ihsweep.data import tokenizer as tok_mod
-from ihsweep.data.chunks import CHUNKS_JSON, SPLITS, open_array, open_chunks  # noqa: F401  (re-exported)
+from ihsweep.data.chunks import CHUNKS_JSON, SPLITS, open_array
 from ihsweep.io import atomic_path, write_json
 
 TOKENS_FORMAT = "ihsweep.natural.tokens/1"
