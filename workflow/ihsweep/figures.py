@@ -80,8 +80,8 @@ def plot_run_curves(model_table: pd.DataFrame, emergence: pd.DataFrame, out_stem
     n = max(runs.ngroups, 1)
     ncols = min(n, max(1, math.ceil(math.sqrt(n))), 5)
     nrows = math.ceil(n / ncols)
-    with _style():
-        fig = _figure(2.2 * ncols + 0.6, 1.7 * nrows + 0.9)
+    with figure_style():
+        fig = new_figure(2.2 * ncols + 0.6, 1.7 * nrows + 0.9)
         axes = fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False).ravel()
         varying = {c for c in ("data", "seed") if c in model_table and model_table[c].nunique() > 1}
         for ax, (run_id, run) in zip(axes, runs, strict=False):
@@ -111,15 +111,15 @@ def plot_run_curves(model_table: pd.DataFrame, emergence: pd.DataFrame, out_stem
             f" method: {method}"
         )
         fig.legend(handles=handles, loc="outside lower center", ncols=len(handles))
-        return _save(fig, out_stem)
+        return save_figure(fig, out_stem)
 
 
 def plot_emergence_vs_BC(emergence: pd.DataFrame, out_stem) -> list[Path]:
     """Emergence point (updates) vs B (lines per C) and vs C (lines per B), log-log."""
     done = emergence[emergence["emerged"].astype(bool)] if len(emergence) else emergence
     models = _models_by_size(emergence)
-    with _style():
-        fig = _figure(7.2, 3.2)
+    with figure_style():
+        fig = new_figure(7.2, 3.2)
         left, right = fig.subplots(1, 2, sharey=True)
         panels = [
             (left, "batch_size", "context_size", "batch size B (sequences per update)", "C"),
@@ -139,14 +139,14 @@ def plot_emergence_vs_BC(emergence: pd.DataFrame, out_stem) -> list[Path]:
                 loc="outside right center",
             )
         fig.suptitle(_emerged_summary(emergence))
-        return _save(fig, out_stem)
+        return save_figure(fig, out_stem)
 
 
 def plot_law_fit(emergence: pd.DataFrame, fit: dict, out_stem) -> list[Path]:
     """Predicted vs observed emergence point (updates), identity line, fitted law printed."""
     done = emergence[emergence["emerged"].astype(bool)] if len(emergence) else emergence
-    with _style():
-        fig = _figure(4.6, 4.0)
+    with figure_style():
+        fig = new_figure(4.6, 4.0)
         ax = fig.subplots()
         if fit.get("ok"):
             _plot_law_points(ax, done, fit)
@@ -173,25 +173,25 @@ def plot_law_fit(emergence: pd.DataFrame, fit: dict, out_stem) -> list[Path]:
         ax.set_xlabel("predicted emergence point (updates)")
         ax.set_ylabel("observed emergence point (updates)")
         ax.set_title(_emerged_summary(emergence))
-        return _save(fig, out_stem)
+        return save_figure(fig, out_stem)
 
 
 # --- helpers -------------------------------------------------------------------------------
 
 
 @contextmanager
-def _style():
+def figure_style():
     with mpl.rc_context(STYLE):
         yield
 
 
-def _figure(width: float, height: float) -> Figure:
+def new_figure(width: float, height: float) -> Figure:
     fig = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)
     return fig
 
 
-def _save(fig: Figure, out_stem) -> list[Path]:
+def save_figure(fig: Figure, out_stem) -> list[Path]:
     stem = Path(out_stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
     png, pdf = stem.with_name(stem.name + ".png"), stem.with_name(stem.name + ".pdf")

@@ -1,0 +1,401 @@
+"""Where in the (frequency, reliability) plane do induction heads form? (SPEC section 4).
+
+Experiments 2 and 3 train one run per seed on Markov data generated with a requested frequency
+``f = P(AB...A)`` and reliability ``r = P(B | AB...A)``. The input here is the per-run emergence
+table (``ihsweep.emergence.emergence_table``) with two more columns, ``frequency`` and
+``reliability``: the *requested* f and r of the run's dataset. Requested values, not measured
+ones, because they are the grid coordinates shared by every seed of a cell; the measured values
+are compared with them separately (``markov_figures.plot_generator_stats``).
+
+Method choices (the paper publishes none of these):
+
+- **One outcome per cell.** ``cell_outcomes`` pools the seeds of each (f, r) cell. A cell
+  emerged when a strict majority of its runs emerged; a tie counts as *not* emerged, because a
+  cell inside the emerging region is a claim that IHs typically form there, and half the seeds
+  failing does not support that claim. With one seed per cell (as in the paper) this is just the
+  run's outcome. ``n_emerged`` / ``n_runs`` keep the split visible. The cell's emergence point
+  is the median ``tokens_pt`` (and ``updates_pt``) of its emerged runs only, NaN when none.
+
+- **The frontier.** ``pareto_frontier`` returns the minimal emerging cells: those for which no
+  other emerging cell has f' <= f and r' <= r (one strictly). Sorted by f, their r strictly
+  decreases. Their upward closure (every point with f >= f_i and r >= r_i for some frontier
+  cell i) is "the region where IHs form"; its boundary, drawn along cell edges, is the
+  staircase polyline for plotting. Cell edges lie half-way between neighbouring grid values (the
+  outermost edges half a gap beyond the outermost values), so the staircase separates cells, it
+  does not pass through them.
+
+- **Non-monotone grids.** An emerging cell may lie below-left of one that did not emerge (a
+  stochastic failure, or a real non-monotonicity). We do not smooth this away: the frontier is
+  still the set of minimal emerging cells (the least favourable statistics at which IHs were
+  seen to form), so the staircase then encloses the non-emerging cell. ``Frontier.monotone`` is
+  False and ``Frontier.violations`` lists every non-emerging cell inside the region, with how
+  many emerging cells lie below-left of it. The figure outlines those cells.
+
+- **Which axis matters more.** ``sensitivity`` fits a logistic regression of each run's
+  outcome on f and r (binomial counts per cell, so seeds are used, not only the majority). Both
+  inputs stay in probability units (only centred): f and r share that unit, so
+  ``|b_r| / |b_f|`` is directly "how many units of f one unit of r is worth", and, unlike
+  standardised coefficients, it does not depend on the range each axis happened to be swept
+  over. Log axes were rejected because near-zero grid cells would dominate them. On a clean grid
+  the outcomes are perfectly separable, the maximum-likelihood coefficients are infinite, and
+  only their direction is meaningful; a small ridge penalty on the two slopes keeps them finite,
+  and as the penalty goes to zero their direction tends to the maximum-margin separating line
+  (Rosset, Zhu and Hastie 2004, JMLR 5:941), i.e. the straight line that best separates the two
+  regions. Separability is checked exactly with a linear programme and reported. The verdict
+  compares ``|b_r|`` with ``|b_f|``: "reliability" or "frequency" when one exceeds the other by
+  ``min_ratio`` (default 1.5; a convention, not a test: the ratio and the separability flag are
+  reported beside the verdict so a reader can judge), "comparable" in between, and
+  "undetermined" when the data cannot say (every run had the same outcome, or an axis has a
+  single value).
+
+- **Experiment 3.** ``property_table`` is the same per-cell pooling over the keys
+  (dependency D, categoriality C, marginal, f, r), with a printable ``label``: the emergence
+  point in tokens, or "none".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import optimize
+
+CELL_KEYS = ("frequency", "reliability")
+PROPERTY_KEYS = ("dependency", "categorial", "marginal", "frequency", "reliability")
+MARGINAL_ORDER = ("uniform", "zipfian", "gaussian")
+CELL_COLUMNS = ["n_runs", "n_emerged", "frac_emerged", "emerged", "tokens_pt", "updates_pt"]
+
+RIDGE = 1e-3  # penalty on the two slopes (probability units); only matters under separation
+MIN_RATIO = 1.5  # |b_r| / |b_f| (or its inverse) needed for a one-axis verdict
+
+
+def cell_outcomes(emergence: pd.DataFrame, keys=CELL_KEYS) -> pd.DataFrame:
+    """One row per cell of ``keys``: runs, emerged runs, majority outcome, median point.
+
+    Columns: ``keys``, ``n_runs``, ``n_emerged``, ``frac_emerged``, ``emerged`` (strict
+    majority; ties are not emerged), ``tokens_pt`` and ``updates_pt`` (medians over the cell's
+    emerged runs, NaN when none). Sorted by ``keys``.
+    """
+    keys = list(keys)
+    _require(emergence, keys + ["emerged", "tokens_pt", "updates_pt"], "emergence table")
+    unset = [k for k in keys if emergence[k].isna().any()]
+    if unset:
+        raise ValueError(f"emergence table has runs without {unset}; every run needs its cell")
+    rows = []
+    for values, runs in emergence.groupby(keys, sort=True):
+        emerged = runs["emerged"].astype(bool)
+        n_runs, n_emerged = len(runs), int(emerged.sum())
+        rows.append(
+            dict(zip(keys, values, strict=True))
+            | {
+                "n_runs": n_runs,
+                "n_emerged": n_emerged,
+                "frac_emerged": n_emerged / n_runs,
+                "emerged": 2 * n_emerged > n_runs,
+                "tokens_pt": _median(runs.loc[emerged, "tokens_pt"]),
+                "updates_pt": _median(runs.loc[emerged, "updates_pt"]),
+            }
+        )
+    table = pd.DataFrame(rows, columns=keys + CELL_COLUMNS)
+    table["emerged"] = table["emerged"].astype(bool)
+    return table
+
+
+@dataclass(frozen=True)
+class Frontier:
+    """The lower-left boundary of the emerging region of an (f, r) grid.
+
+    ``cells``: the minimal emerging cells (rows of the cell table), sorted by f, r decreasing.
+    ``staircase``: polyline vertices (columns ``frequency``, ``reliability``, in cell-edge
+    coordinates) from the top edge of the grid down and right to its right edge; empty when
+    nothing emerged. ``monotone``: no non-emerging cell lies inside the region.
+    ``violations``: the non-emerging cells inside it, with ``n_emerging_below``, the number of
+    emerging cells below-left of each.
+    """
+
+    cells: pd.DataFrame
+    staircase: pd.DataFrame
+    monotone: bool
+    violations: pd.DataFrame
+
+    def summary(self) -> dict:
+        """JSON-ready: frontier and violating cells as [f, r] pairs, and the staircase."""
+
+        def pairs(table: pd.DataFrame) -> list:
+            return [[float(f), float(r)] for f, r in zip(*_fr(table), strict=True)]
+
+        return {
+            "frontier": pairs(self.cells),
+            "staircase": pairs(self.staircase),
+            "monotone": bool(self.monotone),
+            "violations": pairs(self.violations),
+        }
+
+
+def pareto_frontier(cells: pd.DataFrame) -> Frontier:
+    """Minimal emerging cells, the staircase around their region, and monotonicity violations."""
+    _require(cells, list(CELL_KEYS) + ["emerged"], "cell table")
+    emerged = cells["emerged"].astype(bool).to_numpy()
+    f, r = _fr(cells)
+    up, down = emerged, ~emerged
+    # below_left[i, j]: cell j has f_j <= f_i and r_j <= r_i, one of them strictly.
+    weak = (f[None, :] <= f[:, None]) & (r[None, :] <= r[:, None])
+    below_left = weak & ((f[None, :] < f[:, None]) | (r[None, :] < r[:, None]))
+    dominated = (below_left & up[None, :]).any(axis=1)
+    frontier = cells[up & ~dominated].sort_values(list(CELL_KEYS), kind="stable")
+    n_below = (below_left & up[None, :]).sum(axis=1)
+    violations = cells[down & (n_below > 0)].assign(n_emerging_below=n_below[down & (n_below > 0)])
+    return Frontier(
+        cells=frontier.reset_index(drop=True),
+        staircase=_staircase(frontier, grid_edges(f), grid_edges(r)),
+        monotone=not len(violations),
+        violations=violations.reset_index(drop=True),
+    )
+
+
+def grid_edges(values) -> np.ndarray:
+    """Cell edges of a 1-D grid: midpoints between sorted unique values, half a gap outside.
+
+    A single value gets edges +-0.05 (half the 0.1 spacing of a typical f, r grid).
+    """
+    v = np.unique(np.asarray(values, dtype=float))
+    if len(v) == 0:
+        return v
+    if len(v) == 1:
+        return np.array([v[0] - 0.05, v[0] + 0.05])
+    mids = (v[1:] + v[:-1]) / 2
+    return np.concatenate([[v[0] - (v[1] - v[0]) / 2], mids, [v[-1] + (v[-1] - v[-2]) / 2]])
+
+
+def sensitivity(cells: pd.DataFrame, ridge: float = RIDGE, min_ratio: float = MIN_RATIO) -> dict:
+    """Is emergence more sensitive to reliability or to frequency? (See the module docstring.)
+
+    Returns a JSON-ready dict: ``verdict`` ("reliability", "frequency", "comparable" or
+    "undetermined"), ``reason`` (one line), ``method``, the fitted ``coef_frequency``,
+    ``coef_reliability`` (per unit of probability) and ``intercept`` (at the run-weighted mean
+    f, r), ``ratio_r_to_f`` = |b_r| / |b_f| (None when b_f = 0), ``share_reliability`` =
+    |b_r| / (|b_f| + |b_r|) (0.5 = equal; always finite), ``r_per_f`` = b_f / b_r (how much r
+    must rise to make up for a unit fall in f on the fitted 50% line; None when b_r = 0),
+    ``separable``, ``ridge``, ``min_ratio``, ``n_runs``, ``n_cells``.
+    """
+    _require(cells, list(CELL_KEYS) + ["n_runs", "n_emerged"], "cell table")
+    f, r = _fr(cells)
+    trials = cells["n_runs"].to_numpy(dtype=float)
+    successes = cells["n_emerged"].to_numpy(dtype=float)
+    result = {
+        "method": "ridge-penalised logistic regression of each run's outcome on f and r"
+        " (probability units, centred)",
+        "ridge": ridge,
+        "min_ratio": min_ratio,
+        "n_runs": int(trials.sum()),
+        "n_cells": len(cells),
+    }
+    degenerate = _degenerate_reason(f, r, trials, successes)
+    if degenerate:
+        return result | _no_fit(degenerate)
+    x = np.column_stack([f, r])
+    x = x - np.average(x, axis=0, weights=trials)  # centring decouples intercept and slopes
+    intercept, b_f, b_r = _ridge_logistic(x, successes, trials, ridge)
+    # On a grid symmetric in one axis that slope is 0 up to rounding; make it exactly 0.
+    scale = max(abs(b_f), abs(b_r))
+    b_f, b_r = (0.0 if abs(b) < 1e-9 * scale else b for b in (b_f, b_r))
+    share = abs(b_r) / (abs(b_f) + abs(b_r)) if abs(b_f) + abs(b_r) > 0 else 0.5
+    verdict = _verdict(share, min_ratio)
+    separable = _separable(x, successes, trials)
+    return result | {
+        "verdict": verdict,
+        "reason": _reason(b_f, b_r, separable, min_ratio),
+        "coef_frequency": b_f,
+        "coef_reliability": b_r,
+        "intercept": intercept,
+        "ratio_r_to_f": abs(b_r) / abs(b_f) if b_f != 0 else None,
+        "share_reliability": share,
+        "r_per_f": b_f / b_r if b_r != 0 else None,
+        "separable": separable,
+    }
+
+
+def property_table(emergence: pd.DataFrame) -> pd.DataFrame:
+    """Experiment 3: one row per (dependency, categorial, marginal, f, r) cell.
+
+    Columns as ``cell_outcomes`` plus ``label``: the cell's emergence point in tokens
+    (``format_tokens``), or "none" when the cell did not emerge. Sorted +D before -D, +C before
+    -C, marginals uniform, Zipfian, Gaussian (others after, alphabetically), then f and r.
+    """
+    for key in ("dependency", "categorial"):
+        if key in emergence and not emergence[key].isin([True, False]).all():
+            raise ValueError(f"{key} must be boolean, got {sorted(emergence[key].unique())}")
+    table = cell_outcomes(emergence, keys=PROPERTY_KEYS)
+    table["dependency"] = table["dependency"].astype(bool)
+    table["categorial"] = table["categorial"].astype(bool)
+    table["label"] = [
+        format_tokens(t) if e else "none"
+        for e, t in zip(table["emerged"], table["tokens_pt"], strict=True)
+    ]
+    order = pd.DataFrame(
+        {
+            "d": ~table["dependency"],
+            "c": ~table["categorial"],
+            "m": [marginal_rank(m) for m in table["marginal"]],
+        }
+    )
+    sort_keys = ["d", "c", "m", "marginal", "frequency", "reliability"]
+    index = (
+        pd.concat([order, table[["marginal", *CELL_KEYS]]], axis=1)
+        .sort_values(sort_keys, kind="stable")
+        .index
+    )
+    return table.loc[index].reset_index(drop=True)
+
+
+def marginal_rank(name: str) -> int:
+    """Position of a marginal in the display order (unknown names last)."""
+    name = str(name).lower()
+    return MARGINAL_ORDER.index(name) if name in MARGINAL_ORDER else len(MARGINAL_ORDER)
+
+
+def format_tokens(tokens: float) -> str:
+    """Token count to two significant figures with a k / M / B suffix: 1234567 -> "1.2M"."""
+    if not np.isfinite(tokens):
+        return "none"
+    rounded = float(f"{tokens:.2g}")  # round first, so 999,999 reads "1M", not "1e+03k"
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if rounded >= scale:
+            return f"{rounded / scale:g}{suffix}"
+    return f"{rounded:g}"
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def _require(table: pd.DataFrame, columns: list[str], what: str) -> None:
+    missing = [c for c in columns if c not in table.columns]
+    if missing:
+        raise ValueError(f"{what} lacks columns {missing}")
+
+
+def _median(values: pd.Series) -> float:
+    return float(values.median()) if len(values) else math.nan
+
+
+def _fr(table: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    return (
+        table["frequency"].to_numpy(dtype=float),
+        table["reliability"].to_numpy(dtype=float),
+    )
+
+
+def _staircase(frontier: pd.DataFrame, f_edges: np.ndarray, r_edges: np.ndarray) -> pd.DataFrame:
+    """Boundary of the frontier's upward closure, along the lower-left edges of its cells."""
+    if not len(frontier):
+        return pd.DataFrame({"frequency": [], "reliability": []})
+    f, r = _fr(frontier)
+    # The lower edge of a value's cell is the largest edge strictly below the value.
+    f_low = f_edges[np.searchsorted(f_edges, f) - 1]
+    r_low = r_edges[np.searchsorted(r_edges, r) - 1]
+    xs, ys = [f_low[0]], [r_edges[-1]]
+    for i in range(len(f)):
+        xs += [f_low[i], f_edges[-1] if i == len(f) - 1 else f_low[i + 1]]
+        ys += [r_low[i], r_low[i]]
+    return pd.DataFrame({"frequency": xs, "reliability": ys})
+
+
+def _degenerate_reason(f, r, trials, successes) -> str:
+    if trials.sum() == 0:
+        return "no runs"
+    if successes.sum() == 0:
+        return "no run emerged"
+    if successes.sum() == trials.sum():
+        return "every run emerged"
+    for name, values in (("frequency", f), ("reliability", r)):
+        if len(np.unique(values[trials > 0])) < 2:
+            return f"a single {name} value, so its effect cannot be estimated"
+    return ""
+
+
+def _no_fit(reason: str) -> dict:
+    return {
+        "verdict": "undetermined",
+        "reason": reason,
+        "coef_frequency": None,
+        "coef_reliability": None,
+        "intercept": None,
+        "ratio_r_to_f": None,
+        "share_reliability": None,
+        "r_per_f": None,
+        "separable": None,
+    }
+
+
+def _ridge_logistic(x, successes, trials, ridge) -> tuple[float, float, float]:
+    """Binomial logistic regression, L2 penalty on the slopes only; convex, solved by Newton."""
+    design = np.column_stack([np.ones(len(x)), x])
+    penalty = np.array([0.0, ridge, ridge])
+
+    def objective(beta):
+        eta = design @ beta
+        nll = np.sum(trials * np.logaddexp(0.0, eta) - successes * eta)
+        return nll + 0.5 * np.sum(penalty * beta**2)
+
+    def gradient(beta):
+        p = _expit(design @ beta)
+        return design.T @ (trials * p - successes) + penalty * beta
+
+    def hessian(beta):
+        p = _expit(design @ beta)
+        return (design.T * (trials * p * (1 - p))) @ design + np.diag(penalty)
+
+    fit = optimize.minimize(
+        objective,
+        np.zeros(3),
+        jac=gradient,
+        hess=hessian,
+        method="trust-exact",
+        options={"gtol": 1e-9, "maxiter": 1000},
+    )
+    return tuple(float(b) for b in fit.x)
+
+
+def _expit(eta: np.ndarray) -> np.ndarray:
+    return 0.5 * (1.0 + np.tanh(0.5 * eta))  # overflow-free logistic
+
+
+def _separable(x, successes, trials) -> bool:
+    """Is there a line with every emerged run strictly on one side and the rest on the other?"""
+    pos, neg = x[successes > 0], x[trials - successes > 0]
+    # Find (w, c) with w.x - c >= 1 on emerged points and <= -1 on the others; feasible or not.
+    a_ub = np.vstack(
+        [
+            np.column_stack([-pos, np.ones(len(pos))]),
+            np.column_stack([neg, -np.ones(len(neg))]),
+        ]
+    )
+    lp = optimize.linprog(
+        np.zeros(3),
+        A_ub=a_ub,
+        b_ub=-np.ones(len(a_ub)),
+        bounds=[(None, None)] * 3,
+        method="highs",
+    )
+    return lp.status == 0
+
+
+def _verdict(share: float, min_ratio: float) -> str:
+    # share >= min_ratio / (1 + min_ratio)  <=>  |b_r| >= min_ratio * |b_f|
+    if share >= min_ratio / (1 + min_ratio):
+        return "reliability"
+    if share <= 1 / (1 + min_ratio):
+        return "frequency"
+    return "comparable"
+
+
+def _reason(b_f: float, b_r: float, separable: bool, min_ratio: float) -> str:
+    ratio = f"{abs(b_r) / abs(b_f):.3g}" if b_f != 0 else "inf (b_f = 0)"
+    text = f"|b_r| / |b_f| = {ratio} in a logistic fit on f and r (verdict needs {min_ratio:g}x)"
+    if separable:
+        text += "; outcomes perfectly separable, so only the direction of the ridge fit counts"
+    if b_f < 0 or b_r < 0:
+        text += "; note a negative slope: emergence falls as that knob rises"
+    return text
