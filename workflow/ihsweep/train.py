@@ -105,12 +105,10 @@ class StopRequested:
 
 
 def format_eta(seconds: float) -> str:
-    seconds = int(max(0, seconds))
-    return (
-        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-        if seconds >= 3600
-        else (f"{seconds // 60}m{seconds % 60:02d}s")
-    )
+    s = int(max(0, seconds))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s"
 
 
 @torch.no_grad()
