@@ -7,6 +7,7 @@ file that a rerun (or Snakemake) would take as finished.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import tempfile
@@ -56,3 +57,16 @@ def read_parquet_key(path: str | os.PathLike) -> str | None:
 
     key = (pq.read_schema(path).metadata or {}).get(b"key")
     return key.decode() if key is not None else None
+
+
+def json_arg(text: str) -> dict:
+    """An argparse type: a JSON object, given inline or as @path to a file holding it."""
+    if text.startswith("@"):
+        text = Path(text[1:]).read_text()
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {err}") from err
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("the spec must be a JSON object")
+    return value

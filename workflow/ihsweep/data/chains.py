@@ -92,7 +92,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ihsweep.io import atomic_path, write_json
+from ihsweep.data.markov import stationary_distribution
+from ihsweep.io import atomic_path, json_arg, write_json
 
 CHAIN_FORMAT = "ihsweep.markov.chain/1"
 CHAIN_JSON = "chain.json"
@@ -493,33 +494,6 @@ def measure_chain(
     return out
 
 
-def stationary_distribution(
-    P: np.ndarray, tol: float = 1e-13, max_iter: int = 2000
-) -> tuple[np.ndarray, str]:
-    """Stationary distribution of P: power iteration, or a direct solve if it does not converge.
-
-    A direct solve is O(V^3), so it is only the fallback for slowly mixing chains (near-periodic
-    or near-reducible ones, e.g. the bigram chain of a tiny stream, whose only randomness is the
-    1e-6 smoothing). Returns (pi, 'power' or 'solve').
-    """
-    v = P.shape[0]
-    pi = np.full(v, 1.0 / v)
-    for _ in range(max_iter):
-        nxt = pi @ P
-        nxt /= nxt.sum()
-        if np.abs(nxt - pi).sum() < tol:
-            return nxt, "power"
-        pi = nxt
-    # pi (P - I) = 0 with sum(pi) = 1: replace one equation of the transposed system by the sum.
-    a = P.T - np.eye(v)
-    a[-1, :] = 1.0
-    b = np.zeros(v)
-    b[-1] = 1.0
-    pi = np.linalg.solve(a, b)
-    pi = np.clip(pi, 0.0, None)
-    return pi / pi.sum(), "solve"
-
-
 def _block_cosines_np(P: np.ndarray, blocks: np.ndarray):
     """Per-block mean within cosine [B] and per-ordered-pair mean across cosine (None if B=1)."""
     n_b = int(blocks.max()) + 1
@@ -633,19 +607,6 @@ def build_synthetic(spec: dict, out_dir, device: str = "cpu") -> dict:
 # --- command line ----------------------------------------------------------------------------
 
 
-def _json_arg(text: str) -> dict:
-    """A JSON object, given inline or as @path to a file holding it."""
-    if text.startswith("@"):
-        text = Path(text[1:]).read_text()
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise argparse.ArgumentTypeError(f"not valid JSON: {err}") from err
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("the spec must be a JSON object")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m ihsweep.data.chains",
@@ -666,7 +627,7 @@ def build_parser() -> argparse.ArgumentParser:
     sy = sub.add_parser("synthetic", help="optimised synthetic chain (experiment 3)")
     sy.add_argument(
         "--spec",
-        type=_json_arg,
+        type=json_arg,
         required=True,
         help="JSON object (or @file) with keys among "
         + ", ".join(SYNTHETIC_DEFAULTS)

@@ -101,21 +101,35 @@ def second_half_start(context: int) -> int:
 
 
 def stationary(P: np.ndarray, tol: float = STATIONARY_TOL, max_iter: int = 100_000) -> np.ndarray:
-    """Stationary distribution of P by power iteration on the lazy chain ``(I + P) / 2``.
+    """Stationary distribution of P (see :func:`stationary_distribution`)."""
+    return stationary_distribution(_check_transition(P), tol, max_iter)[0]
+
+
+def stationary_distribution(
+    P: np.ndarray, tol: float = STATIONARY_TOL, max_iter: int = 100_000
+) -> tuple[np.ndarray, str]:
+    """Stationary distribution of P: power iteration on the lazy chain ``(I + P) / 2``.
 
     The lazy chain has the same stationary distribution and is aperiodic, so the iteration also
     converges for periodic P. Starts from uniform and stops when successive iterates differ by
-    less than ``tol`` (default 1e-12) in L1 norm; raises RuntimeError after ``max_iter``.
+    less than ``tol`` in L1 norm. A chain that mixes too slowly for ``max_iter`` steps (e.g. a
+    near-reducible one) falls back to a direct O(V^3) solve. Returns (pi, 'power' or 'solve').
     """
-    P = _check_transition(P)
-    pi = np.full(P.shape[0], 1.0 / P.shape[0])
+    v = P.shape[0]
+    pi = np.full(v, 1.0 / v)
     for _ in range(max_iter):
         nxt = 0.5 * (pi + pi @ P)
         nxt /= nxt.sum()
         if np.abs(nxt - pi).sum() < tol:
-            return nxt
+            return nxt, "power"
         pi = nxt
-    raise RuntimeError(f"power iteration did not reach L1 change < {tol} in {max_iter} steps")
+    # pi (P - I) = 0 with sum(pi) = 1: replace one equation of the transposed system by the sum.
+    a = P.T - np.eye(v)
+    a[-1, :] = 1.0
+    b = np.zeros(v)
+    b[-1] = 1.0
+    pi = np.clip(np.linalg.solve(a, b), 0.0, None)
+    return pi / pi.sum(), "solve"
 
 
 def chain_entropy_rate(P: np.ndarray, pi: np.ndarray) -> float:

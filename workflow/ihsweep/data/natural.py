@@ -54,7 +54,7 @@ import tokenizers
 from ihsweep.data import corpus as corpus_mod
 from ihsweep.data import tokenizer as tok_mod
 from ihsweep.data.chunks import CHUNKS_JSON, SPLITS, open_array
-from ihsweep.io import atomic_path, write_json
+from ihsweep.io import atomic_path, json_arg, write_json
 
 TOKENS_FORMAT = "ihsweep.natural.tokens/1"
 CHUNKS_FORMAT = "ihsweep.natural.chunks/1"
@@ -498,19 +498,6 @@ def _create_memmap(path: str, shape: tuple[int, int], dtype) -> np.ndarray:
 # --- command line ----------------------------------------------------------------------------
 
 
-def _json_arg(text: str) -> dict:
-    """A JSON object, given inline or as @path to a file holding it."""
-    if text.startswith("@"):
-        text = Path(text[1:]).read_text()
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise argparse.ArgumentTypeError(f"not valid JSON: {err}") from err
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("the spec must be a JSON object")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m ihsweep.data.natural",
@@ -521,7 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
     tok = sub.add_parser("tokenize", help="tokenize a corpus into tokens.bin + tokens.json")
     tok.add_argument(
         "--spec",
-        type=_json_arg,
+        type=json_arg,
         required=True,
         help='dataset entry as JSON (or @file): {"family": "natural", "corpus": {...}, '
         '"tokenizer": {...}, ...}',
@@ -534,7 +521,7 @@ def build_parser() -> argparse.ArgumentParser:
     ch.add_argument("--context", type=int, required=True, help="tokens per chunk (C)")
     ch.add_argument(
         "--spec",
-        type=_json_arg,
+        type=json_arg,
         required=True,
         help="dataset entry as JSON (or @file); uses its repetition and val_fraction",
     )
