@@ -130,7 +130,53 @@ CLI_CASES = [
 ]
 
 # Checked through prepare() only: the CLI path is the same for every message.
+MARKOV = """
+datasets:
+  syn:
+    family: markov
+    chain: {kind: synthetic, vocab_size: 64}
+    frequency: %s
+    reliability: 0.9
+runs: [{data: syn, model: tiny, batch_size: 8, context_size: %s}]
+"""
+BIGRAM = """
+datasets:
+  semi:
+    family: markov
+    chain: {kind: bigram, source: %s, vocab_cap: 64}
+    frequency: 0.5
+    reliability: 0.5
+runs: [{data: semi, model: tiny, batch_size: 8, context_size: 32}]
+"""
+
 DIRECT_CASES = [
+    (
+        "markov-unreachable-frequency",
+        MARKOV % (0.9, 16),
+        ["datasets.syn.frequency: requested f=0.9", "unreachable", "runs[0]"],
+    ),
+    (
+        "markov-vocab-below-context",
+        MARKOV % (0.5, 128),
+        ["datasets.syn.chain.vocab_size", "V = 64 < C = 128", "at least 128"],
+    ),
+    ("markov-context-too-short", MARKOV % (0.1, 4), ["runs[0].context_size", "C >= 5"]),
+    (
+        "bigram-source-not-natural",
+        BIGRAM % "semi",
+        ["datasets.semi.chain.source", "'semi' is not a natural dataset", "kjv-copy"],
+    ),
+    (
+        "bigram-source-unknown",
+        BIGRAM % "wiki",
+        ["datasets.semi.chain.source", "'wiki' is not a dataset", "kjv-copy"],
+    ),
+    (
+        "markov-chain-variant-key",
+        "datasets: {syn: {family: markov, chain: {kind: bigram, source: kjv-copy, vocab_cap: 64,"
+        " marginal: zipfian}, frequency: 0.5, reliability: 0.5}}",
+        ["datasets.syn.chain.marginal", "with kind: bigram"],
+    ),
     (
         "copy-length-lo-above-hi",
         "datasets: {kjv-copy: {repetition: {copy_length: [0.5, 0.25]}}}",
@@ -173,7 +219,7 @@ DIRECT_CASES = [
         "checkpoints: {start: 400000, linear_from: 200000}",
         ["checkpoints.start", "start <= linear_from"],
     ),
-    ("unknown-family", "datasets: {kjv-copy: {family: markov}}", ["family", "natural"]),
+    ("unknown-family", "datasets: {kjv-copy: {family: mystery}}", ["family", "natural, markov"]),
     ("val-fraction", "datasets: {kjv-copy: {val_fraction: 1.0}}", ["val_fraction", "< 1"]),
 ]
 
@@ -295,6 +341,19 @@ def test_defaults_are_filled_in(monkeypatch):
     assert study.runs_of_family("markov") == []
     assert study.contexts_of("kjv-copy") == [32, 64, 128]
     assert study.vocab_size_of("kjv-copy") == 2048
+
+
+def test_markov_defaults_and_vocabulary(monkeypatch):
+    monkeypatch.chdir(REPO)
+    config = merged(MARKOV % (0.5, 32))
+    config["datasets"]["semi"] = yaml.safe_load(BIGRAM % "kjv-copy")["datasets"]["semi"]
+    study = prepare(config, SCHEMA)
+    syn = study.dataset_spec("syn")
+    assert syn["calibration"] == "exact" and syn["seed"] == 0
+    assert syn["chain"]["dependency"] is True and syn["chain"]["marginal"] == "zipfian"
+    assert study.dataset_spec("semi")["chain"]["drop_eot"] is False
+    assert study.vocab_size_of("syn") == 64 and study.vocab_size_of("semi") == 64
+    assert [run.data for run in study.runs_of_family("markov")] == ["syn"]
 
 
 def test_minimal_dataset_gets_gpt2_tokenizer_and_no_repetition(monkeypatch):

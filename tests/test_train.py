@@ -86,7 +86,7 @@ def make_spec(
             "toy": {
                 "family": "natural",
                 "corpus": {"source": "kjv"},
-                "tokenizer": {"kind": "bpe", "vocab_size": 256},
+                "tokenizer": {"kind": "bpe", "vocab_size": 258},
             }
         },
         "runs": [{"data": "toy", "model": "toy", "batch_size": B, "context_size": C, "seed": seed}],

@@ -179,7 +179,7 @@ class Study:
 
     def vocab_size_of(self, data: str) -> int:
         """Vocabulary size the dataset's tokenizer is configured for (an upper bound for bpe)."""
-        return _vocab_size(self.config["datasets"][data])
+        return _vocab_size(self.config["datasets"][data], self.config["datasets"])
 
     def runs_of_family(self, family: str) -> list[Run]:
         datasets = self.config["datasets"]
@@ -429,6 +429,7 @@ def _check_semantics(config: dict) -> list[Run]:
     _check_models(config["models"])
     for name, dataset in config["datasets"].items():
         _check_dataset(name, dataset)
+        _check_chain_source(config["datasets"], name, dataset)
     _check_checkpoints(config["checkpoints"], config["training"]["tokens"])
     runs = _check_run_names(config)
     for index, run in runs:
@@ -465,6 +466,20 @@ def _check_dataset(name: str, dataset: dict) -> None:
                 f"datasets.{name}.repetition.copy_length: lo = {lo} is above hi = {hi}; "
                 f"give [lo, hi] with lo <= hi"
             )
+
+
+def _check_chain_source(datasets: dict, name: str, dataset: dict) -> None:
+    chain = dataset.get("chain", {})
+    if chain.get("kind") != "bigram":
+        return
+    source = chain["source"]
+    natural = sorted(k for k, d in datasets.items() if d["family"] == "natural")
+    if datasets.get(source, {}).get("family") != "natural":
+        what = "is not a natural dataset" if source in datasets else "is not a dataset"
+        raise ConfigError(
+            f"datasets.{name}.chain.source: {source!r} {what}; a bigram chain counts the tokens "
+            f"of a natural dataset: " + (", ".join(natural) or "define one under datasets")
+        )
 
 
 def _check_checkpoints(checkpoints: dict, budget: int) -> None:
@@ -529,6 +544,8 @@ def _check_run(config: dict, index: int, run: Run) -> None:
             f"{run.tokens_per_step}"
         )
     _check_copy_fits(dataset, run, index)
+    if dataset["family"] == "markov":
+        _check_markov_fits(config, dataset, run, index)
     _check_probe_fits(config, dataset, run, index)
 
 
@@ -548,6 +565,30 @@ def _check_copy_fits(dataset: dict, run: Run, index: int) -> None:
         )
 
 
+def _check_markov_fits(config: dict, dataset: dict, run: Run, index: int) -> None:
+    from ihsweep.data.markov import MIN_CONTEXT, context_start_probability
+
+    C, where = run.context_size, f"datasets.{run.data}"
+    if C < MIN_CONTEXT:
+        raise ConfigError(
+            f"runs[{index}].context_size: C = {C} is too short for the Markov dataset "
+            f"{run.data}; use C >= {MIN_CONTEXT}"
+        )
+    vocab = _vocab_size(dataset, config["datasets"])
+    if vocab < C:
+        key = "vocab_size" if dataset["chain"]["kind"] == "synthetic" else "vocab_cap"
+        raise ConfigError(
+            f"{where}.chain.{key}: V = {vocab} < C = {C} (runs[{index}]): a never-seen type must "
+            f"always remain; raise it to at least {C} or use a shorter context"
+        )
+    try:
+        context_start_probability(
+            dataset["frequency"], dataset["reliability"], C, dataset["calibration"]
+        )
+    except ValueError as err:
+        raise ConfigError(f"{where}.frequency: {err} (runs[{index}])") from None
+
+
 def _check_probe_fits(config: dict, dataset: dict, run: Run, index: int) -> None:
     C = run.context_size
     cap = config["probe"]["max_half_length"]
@@ -557,7 +598,7 @@ def _check_probe_fits(config: dict, dataset: dict, run: Run, index: int) -> None
             f"runs[{index}].context_size: C = {C} leaves the probe half length "
             f"s = min({cap}, C // 2) = {s} < 2; use C >= 4"
         )
-    vocab = _vocab_size(dataset)
+    vocab = _vocab_size(dataset, config["datasets"])
     if s > vocab:
         raise ConfigError(
             f"probe.max_half_length: s = min({cap}, C // 2) = {s} for C = {C} (runs[{index}]) "
@@ -566,7 +607,13 @@ def _check_probe_fits(config: dict, dataset: dict, run: Run, index: int) -> None
         )
 
 
-def _vocab_size(dataset: dict) -> int:
+def _vocab_size(dataset: dict, datasets: dict) -> int:
+    """The configured vocabulary size (an upper bound for bpe and bigram chains)."""
+    chain = dataset.get("chain")
+    if chain is not None:
+        if chain["kind"] == "synthetic":
+            return chain["vocab_size"]
+        return min(chain["vocab_cap"], _vocab_size(datasets[chain["source"]], datasets))
     tokenizer = dataset.get("tokenizer", {"kind": "gpt2"})
     if tokenizer["kind"] == "bpe":
         return tokenizer["vocab_size"]

@@ -1,6 +1,7 @@
 # Validation, wildcard constraints and the helpers that the rules call. No rules here.
 import json
 import os
+import shlex
 import sys
 
 from ihsweep.config import ConfigError, Run, prepare
@@ -35,6 +36,49 @@ def dataset_spec_json(wildcards):
     return json.dumps(STUDY.dataset_spec(wildcards.data), sort_keys=True)
 
 
+def family_of(wildcards):
+    return STUDY.config["datasets"][wildcards.data]["family"]
+
+
+def chunk_source(wildcards):
+    """What a dataset's chunks are cut or drawn from: natural tokens or a Markov chain."""
+    if family_of(wildcards) == "markov":
+        return f"results/chains/{wildcards.data}/chain.json"
+    return f"results/data/{wildcards.data}/tokens.json"
+
+
+def chunk_command(wildcards):
+    """The family's chunk step, up to the flag that takes chunk_source's folder."""
+    if family_of(wildcards) == "markov":
+        return "ihsweep.data.markov_chunks --chain-dir"
+    return "ihsweep.data.natural chunk --tokens-dir"
+
+
+def chain_spec(wildcards):
+    return STUDY.config["datasets"][wildcards.data]["chain"]
+
+
+def chain_source(wildcards):
+    """A bigram chain counts the tokens of its natural source; a synthetic one reads nothing."""
+    chain = chain_spec(wildcards)
+    if chain["kind"] == "bigram":
+        return f"results/data/{chain['source']}/tokens.json"
+    return []
+
+
+def chain_args(wildcards, input, output):
+    """The arguments of `python -m ihsweep.data.chains` for this dataset's chain."""
+    chain = chain_spec(wildcards)
+    out_dir = shlex.quote(os.path.dirname(output[0]))
+    if chain["kind"] == "bigram":
+        drop = " --drop-eot" if chain["drop_eot"] else ""
+        tokens_dir = shlex.quote(os.path.dirname(input[0]))
+        cap = chain["vocab_cap"]
+        return f"bigram --tokens-dir {tokens_dir} --cap {cap}{drop} --out-dir {out_dir}"
+    spec = shlex.quote(json.dumps(chain, sort_keys=True))
+    return f"synthetic --spec {spec} --out-dir {out_dir}"
+
+
 def train_spec_json(wildcards):
     return json.dumps(STUDY.train_spec(Run.from_wildcards(wildcards)), sort_keys=True)
 
@@ -65,5 +109,15 @@ def natural_outputs():
     ]
 
 
+def markov_outputs():
+    """Per-run probe tables of the Markov runs (their aggregation is not wired in yet)."""
+    runs = STUDY.runs_of_family("markov")
+    return [
+        f"{run.dir}/probes/{table}.parquet"
+        for run in runs
+        for table in ("heads", "model")
+    ]
+
+
 def final_outputs():
-    return natural_outputs()
+    return natural_outputs() + markov_outputs()

@@ -1,4 +1,5 @@
-# Datasets: tokenize a natural corpus once, then cut it into chunks per context size.
+# Datasets: tokenize a natural corpus once, then cut it into chunks per context size; a Markov
+# dataset builds its chain once, then draws sequences from it per context size.
 
 
 rule tokenize:
@@ -20,7 +21,7 @@ rule tokenize:
 
 rule chunk:
     input:
-        meta="results/data/{data}/tokens.json",
+        source=chunk_source,
     output:
         train="results/data/{data}/C{ctx}/train.bin",
         val="results/data/{data}/C{ctx}/val.bin",
@@ -31,9 +32,27 @@ rule chunk:
         "../../envs/train.yaml"
     params:
         spec=dataset_spec_json,
-        tokens_dir=input_dir,
+        command=chunk_command,
+        source_dir=input_dir,
         out_dir=output_dir,
     shell:
-        "python -m ihsweep.data.natural chunk --tokens-dir {params.tokens_dir}"
+        "python -m {params.command} {params.source_dir}"
         " --context {wildcards.ctx} --spec {params.spec:q} --out-dir {params.out_dir}"
         " > {log} 2>&1"
+
+
+rule chain:
+    input:
+        chain_source,
+    output:
+        chain="results/chains/{data}/chain.npy",
+        stationary="results/chains/{data}/stationary.npy",
+        meta="results/chains/{data}/chain.json",
+    log:
+        "results/logs/chain/{data}.log",
+    conda:
+        "../../envs/train.yaml"
+    params:
+        args=chain_args,
+    shell:
+        "python -m ihsweep.data.chains {params.args} > {log} 2>&1"

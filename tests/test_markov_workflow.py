@@ -1,0 +1,125 @@
+"""Markov datasets through the real ``snakemake`` command line, on a tiny study in a tmp folder.
+
+One module-scoped fixture runs a study with a synthetic chain (V = 64, +D, a few optimiser
+steps) and a bigram chain over a 300-type BPE of the KJV (capped at 64 types), one or two tiny
+attention-only runs each; the tests then read what it left. A dry run checks that an
+unreachable frequency is refused before any job exists.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+import yaml
+from ihsweep.config import prepare
+from test_workflow import SCHEMA, job_stats, logs_of, snakemake
+
+pytestmark = pytest.mark.slow
+
+CONFIG = """\
+models:
+  tiny: {n_layer: 2, n_head: 4, d_model: 32, mlp: false, n_ctx: 64}
+datasets:
+  kjv:
+    family: natural
+    corpus: {source: kjv}
+    tokenizer: {kind: bpe, vocab_size: 300}
+  syn:
+    family: markov
+    chain: {kind: synthetic, vocab_size: 64, dependency: true, n_blocks: 4, iterations: 20}
+    frequency: 0.5
+    reliability: 0.9
+    n_train_sequences: 1000
+    n_val_sequences: 200
+  semi:
+    family: markov
+    chain: {kind: bigram, source: kjv, vocab_cap: 64}
+    frequency: 0.3
+    reliability: 0.5
+    n_train_sequences: 1000
+    n_val_sequences: 200
+    seed: 3
+runs:
+  - {data: syn, model: tiny, batch_size: 8, context_size: [16, 32], seed: 0}
+  - {data: semi, model: tiny, batch_size: 8, context_size: 32, seed: 0}
+training: {tokens: 20000, lr: 0.003}
+checkpoints: {tokens: [5000, 10000, 20000]}
+"""
+TOLERANCE = 0.05
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory) -> SimpleNamespace:
+    workdir = tmp_path_factory.mktemp("markov")
+    (workdir / "config.yaml").write_text(CONFIG)
+    first = snakemake(workdir)
+    assert first.rc == 0, first.out[-6000:] + logs_of(workdir)
+    prepared = prepare(yaml.safe_load(CONFIG), SCHEMA)
+    return SimpleNamespace(dir=workdir, study=prepared, first=first)
+
+
+def chunks_meta(study, data: str, ctx: int) -> dict:
+    return json.loads((study.dir / f"results/data/{data}/C{ctx}/chunks.json").read_text())
+
+
+def test_jobs(study):
+    assert job_stats(study.first.out) == {
+        "tokenize": 1,
+        "chain": 2,
+        "chunk": 3,
+        "train": 3,
+        "probe": 3,
+        "all": 1,
+    }
+
+
+@pytest.mark.parametrize(("data", "ctx"), [("syn", 16), ("syn", 32), ("semi", 32)])
+def test_chunks_measure_the_request(study, data, ctx):
+    meta = chunks_meta(study, data, ctx)
+    spec = study.study.config["datasets"][data]
+    assert meta["format"] == "ihsweep.markov.chunks/1"
+    assert meta["context"] == ctx and meta["vocab_size"] == 64
+    assert (meta["n_train"], meta["n_val"]) == (1000, 200)
+    assert meta["requested"]["calibration"] == "exact"
+    assert meta["split_seeds"]["train"] != meta["split_seeds"]["val"]
+    for split in ("train", "val"):
+        m = meta["measured"][split]
+        assert abs(m["f"] - spec["frequency"]) < TOLERANCE, (split, m)
+        assert abs(m["r"] - spec["reliability"]) < TOLERANCE, (split, m)
+        assert m["first_half_repeats"] == 0
+        assert m["entropy_rate_bits"] > 0
+        size = (study.dir / f"results/data/{data}/C{ctx}" / meta["files"][split]["chunks"]).stat()
+        assert size.st_size == meta[f"n_{split}"] * ctx * 2  # uint16
+
+
+def test_chains(study):
+    syn = json.loads((study.dir / "results/chains/syn/chain.json").read_text())
+    semi = json.loads((study.dir / "results/chains/semi/chain.json").read_text())
+    assert (syn["kind"], syn["vocab_size"]) == ("synthetic", 64)
+    assert (semi["kind"], semi["vocab_size"]) == ("bigram", 64)
+    assert semi["spec"]["vocab_cap"] == 64
+
+
+def test_runs_have_probe_tables(study):
+    runs = study.study.runs
+    assert len(runs) == 3
+    for run in runs:
+        table = pd.read_parquet(study.dir / run.dir / "probes" / "model.parquet")
+        assert len(table) == 3 and set(table["data"]) == {run.data}
+        assert (study.dir / run.dir / "probes" / "heads.parquet").is_file()
+
+
+def test_unreachable_frequency_is_a_config_error(tmp_path: Path):
+    config = yaml.safe_load(CONFIG)
+    config["datasets"]["syn"]["frequency"] = 0.9  # at C = 16 at most 7/8 can be contexts
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    result = snakemake(tmp_path, "-n")
+    assert result.rc != 0
+    lines = [line for line in result.out.splitlines() if line.startswith("config error:")]
+    assert len(lines) == 1, result.out
+    assert lines[0].startswith("config error: datasets.syn.frequency: ")
+    assert "unreachable" in lines[0] and "runs[0]" in lines[0]
