@@ -178,6 +178,28 @@ DIRECT_CASES = [
         ["datasets.syn.chain.marginal", "with kind: bigram"],
     ),
     (
+        "markov-cells-and-frequency",
+        "datasets: {syn: {family: markov, chain: {kind: synthetic, vocab_size: 64},"
+        " frequency: 0.5, cells: [[0.9, 0.9]]}}",
+        ["datasets.syn.cells", "together with frequency", "not both"],
+    ),
+    (
+        "markov-reliability-missing",
+        "datasets: {syn: {family: markov, chain: {kind: synthetic, vocab_size: 64},"
+        " frequency: [0.1, 0.5]}}",
+        ["datasets.syn: reliability is missing", "cells: [[f, r], ...]"],
+    ),
+    (
+        "markov-grid-unreachable-cell",
+        MARKOV.replace("frequency: %s", "frequency: [0.1, %s]") % (0.9, 16),
+        ["datasets.syn.frequency: requested f=0.9", "unreachable"],
+    ),
+    (
+        "markov-grid-duplicate-value",
+        MARKOV % ("[0.1, 0.1]", 32),
+        ["datasets.syn.frequency", "repeats a value"],
+    ),
+    (
         "copy-length-lo-above-hi",
         "datasets: {kjv-copy: {repetition: {copy_length: [0.5, 0.25]}}}",
         ["datasets.kjv-copy.repetition.copy_length", "lo <= hi"],
@@ -316,8 +338,10 @@ def test_default_config_validates_and_gets_defaults(monkeypatch):
     study = prepare(config, SCHEMA)
     assert study.config is config  # filled in place, so the Snakefile's config has them
     assert study.runs
-    for name in config["datasets"]:
-        assert {"val_fraction", "seed", "tokenizer"} <= set(study.dataset_spec(name))
+    for name, dataset in config["datasets"].items():
+        filled = {"natural": {"val_fraction", "tokenizer"}, "markov": {"calibration", "grid"}}
+        assert filled[dataset["family"]] | {"seed"} <= set(study.dataset_spec(name))
+    assert {run.data for run in study.runs} == set(config["datasets"])  # every cell is run
     assert {"probe", "emergence", "lawfit"} <= set(config)
 
 
@@ -354,6 +378,38 @@ def test_markov_defaults_and_vocabulary(monkeypatch):
     assert study.dataset_spec("semi")["chain"]["drop_eot"] is False
     assert study.vocab_size_of("syn") == 64 and study.vocab_size_of("semi") == 64
     assert [run.data for run in study.runs_of_family("markov")] == ["syn"]
+
+
+def test_markov_grid_expands_to_one_dataset_per_cell(monkeypatch):
+    monkeypatch.chdir(REPO)
+    config = merged(
+        """
+        datasets:
+          semi: {family: markov, chain: {kind: bigram, source: kjv-copy, vocab_cap: 64},
+                 frequency: [0.1, 0.9], reliability: [0.5, 1]}
+          pairs: {family: markov, chain: {kind: synthetic, vocab_size: 64},
+                  cells: [[0.9, 0.9], [0.1, 0.3]]}
+          one: {family: markov, chain: {kind: synthetic, vocab_size: 64},
+                frequency: 0.5, reliability: 0.5}
+        runs:
+          - {data: [semi, one], model: tiny, batch_size: 8, context_size: 32}
+          - {data: pairs-f0.1-r0.3, model: tiny, batch_size: 8, context_size: 32}
+        """
+    )
+    study = prepare(config, SCHEMA)
+    semi = ["semi-f0.1-r0.5", "semi-f0.1-r1", "semi-f0.9-r0.5", "semi-f0.9-r1"]
+    assert study.grids == {
+        "semi": semi,
+        "pairs": ["pairs-f0.9-r0.9", "pairs-f0.1-r0.3"],
+        "one": ["one"],  # scalars: one cell, the entry's own name
+    }
+    assert [run.data for run in study.runs] == [*semi, "one", "pairs-f0.1-r0.3"]
+    cell = study.dataset_spec("semi-f0.9-r0.5")
+    assert (cell["frequency"], cell["reliability"], cell["grid"]) == (0.9, 0.5, "semi")
+    assert "cells" not in study.dataset_spec("pairs-f0.1-r0.3")
+    assert {study.grid_of(name) for name in semi} == {"semi"}
+    assert study.chain_spec("semi") == cell["chain"]
+    assert "semi" not in study.config["datasets"]
 
 
 def test_minimal_dataset_gets_gpt2_tokenizer_and_no_repetition(monkeypatch):

@@ -132,6 +132,75 @@ def checkpoint_steps(tokens: list[int], tokens_per_step: int, total_steps: int) 
 
 
 # --------------------------------------------------------------------------------------------
+# Markov grids: one config entry, one dataset per (f, r) cell, one shared chain
+
+
+def cell_name(entry: str, frequency: float, reliability: float) -> str:
+    """The dataset name of one (f, r) cell of a Markov entry: ``semi-f0.1-r0.9``."""
+    return f"{entry}-f{frequency:g}-r{reliability:g}"
+
+
+def expand_markov_grids(config: dict) -> dict[str, list[str]]:
+    """Replace every Markov entry by its (f, r) cells, in place; return {entry: [cell names]}.
+
+    An entry with scalar ``frequency`` and ``reliability`` is one cell and keeps its name; lists
+    sweep their cartesian product, ``cells`` lists the pairs. Each cell is a dataset of its own
+    (scalar f and r, ``grid`` = the entry's name, which also names the shared chain), and a run
+    entry whose ``data`` names the entry trains on every cell.
+    """
+    datasets, grids = {}, {}
+    for name, dataset in config["datasets"].items():
+        if dataset["family"] != "markov":
+            datasets[name] = dataset
+            continue
+        pairs = _grid_cells(name, dataset)
+        sweeps = "cells" in dataset or any(
+            isinstance(dataset[k], list) for k in ("frequency", "reliability")
+        )
+        cells = {}
+        for f, r in pairs:
+            cell = {k: v for k, v in dataset.items() if k != "cells"}
+            cell.update(frequency=f, reliability=r, grid=name)
+            cells[cell_name(name, f, r) if sweeps else name] = cell
+        for cell in cells:
+            if cell in config["datasets"] and cell != name:
+                raise ConfigError(
+                    f"datasets.{name}: its cell {cell!r} has the name of another dataset; "
+                    f"rename one of them"
+                )
+        datasets.update(cells)
+        grids[name] = list(cells)
+    config["datasets"] = datasets
+    for entry in config["runs"]:
+        entry["data"] = [
+            cell for data in _as_list(entry["data"]) for cell in grids.get(data, [data])
+        ]
+    return grids
+
+
+def _grid_cells(name: str, dataset: dict) -> list[tuple[float, float]]:
+    given = [k for k in ("frequency", "reliability") if k in dataset]
+    if "cells" in dataset:
+        if given:
+            raise ConfigError(
+                f"datasets.{name}.cells: given together with {' and '.join(given)}; give "
+                f"cells, or frequency and reliability, not both"
+            )
+        return [(float(f), float(r)) for f, r in dataset["cells"]]
+    if len(given) < 2:
+        missing = ({"frequency", "reliability"} - set(given)).pop()
+        raise ConfigError(
+            f"datasets.{name}: {missing} is missing; give frequency and reliability (a list "
+            f"sweeps), or cells: [[f, r], ...]"
+        )
+    return [
+        (float(f), float(r))
+        for f in _as_list(dataset["frequency"])
+        for r in _as_list(dataset["reliability"])
+    ]
+
+
+# --------------------------------------------------------------------------------------------
 # The prepared study
 
 
@@ -142,6 +211,7 @@ class Study:
     config: dict
     runs: list[Run]
     checkpoint_tokens: list[int] = field(default_factory=list)
+    grids: dict[str, list[str]] = field(default_factory=dict)  # Markov entry -> its datasets
 
     def total_steps(self, run: Run) -> int:
         return self.config["training"]["tokens"] // run.tokens_per_step
@@ -185,6 +255,13 @@ class Study:
         datasets = self.config["datasets"]
         return [run for run in self.runs if datasets[run.data]["family"] == family]
 
+    def grid_of(self, data: str) -> str:
+        """The Markov entry a dataset is a cell of; it names the chain the cells share."""
+        return self.config["datasets"][data]["grid"]
+
+    def chain_spec(self, grid: str) -> dict:
+        return copy.deepcopy(self.config["datasets"][self.grids[grid][0]]["chain"])
+
     def contexts_of(self, data: str) -> list[int]:
         return sorted({run.context_size for run in self.runs if run.data == data})
 
@@ -213,9 +290,10 @@ def prepare(config: dict, schema: str | Path) -> Study:
     # key; give each entry its own so that changing one dataset's spec cannot change another's.
     config.update({key: _unshared(value) for key, value in config.items()})
 
+    grids = expand_markov_grids(config)
     runs = _check_semantics(config)
     tokens = schedule_tokens(config["checkpoints"], config["training"]["tokens"])
-    return Study(config=config, runs=runs, checkpoint_tokens=tokens)
+    return Study(config=config, runs=runs, checkpoint_tokens=tokens, grids=grids)
 
 
 def _unshared(node: Any) -> Any:
@@ -429,7 +507,7 @@ def _check_semantics(config: dict) -> list[Run]:
     _check_models(config["models"])
     for name, dataset in config["datasets"].items():
         _check_dataset(name, dataset)
-        _check_chain_source(config["datasets"], name, dataset)
+        _check_chain_source(config["datasets"], dataset.get("grid", name), dataset)
     _check_checkpoints(config["checkpoints"], config["training"]["tokens"])
     runs = _check_run_names(config)
     for index, run in runs:
@@ -568,7 +646,7 @@ def _check_copy_fits(dataset: dict, run: Run, index: int) -> None:
 def _check_markov_fits(config: dict, dataset: dict, run: Run, index: int) -> None:
     from ihsweep.data.markov import MIN_CONTEXT, context_start_probability
 
-    C, where = run.context_size, f"datasets.{run.data}"
+    C, where = run.context_size, f"datasets.{dataset['grid']}"
     if C < MIN_CONTEXT:
         raise ConfigError(
             f"runs[{index}].context_size: C = {C} is too short for the Markov dataset "

@@ -45,11 +45,11 @@ rule chain:
     input:
         chain_source,
     output:
-        chain="results/chains/{data}/chain.npy",
-        stationary="results/chains/{data}/stationary.npy",
-        meta="results/chains/{data}/chain.json",
+        chain="results/chains/{grid}/chain.npy",
+        stationary="results/chains/{grid}/stationary.npy",
+        meta="results/chains/{grid}/chain.json",
     log:
-        "results/logs/chain/{data}.log",
+        "results/logs/chain/{grid}.log",
     conda:
         "../../envs/train.yaml"
     params:
