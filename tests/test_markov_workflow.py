@@ -1,8 +1,9 @@
 """Markov datasets through the real ``snakemake`` command line, on a tiny study in a tmp folder.
 
 One module-scoped fixture runs a study with a synthetic chain (V = 64, +D, a few optimiser
-steps) and a bigram chain over a 300-type BPE of the KJV (capped at 64 types), one or two tiny
-attention-only runs each; the tests then read what it left. A dry run checks that an
+steps) and a two-cell (f, r) grid over one bigram chain of a 300-type BPE of the KJV (capped at
+64 types), tiny attention-only runs on each, and the Markov aggregate; the tests then read what
+it left. A dry run checks that an
 unreachable frequency is refused before any job exists.
 """
 
@@ -38,8 +39,8 @@ datasets:
   semi:
     family: markov
     chain: {kind: bigram, source: kjv, vocab_cap: 64}
-    frequency: 0.3
-    reliability: 0.5
+    frequency: [0.3, 0.5]           # a grid: datasets semi-f0.3-r0.5, semi-f0.5-r0.5
+    reliability: [0.5]
     n_train_sequences: 1000
     n_val_sequences: 200
     seed: 3
@@ -69,15 +70,19 @@ def chunks_meta(study, data: str, ctx: int) -> dict:
 def test_jobs(study):
     assert job_stats(study.first.out) == {
         "tokenize": 1,
-        "chain": 2,
-        "chunk": 3,
-        "train": 3,
-        "probe": 3,
+        "chain": 2,  # the grid's two cells share one chain
+        "chunk": 4,
+        "train": 4,
+        "probe": 4,
+        "aggregate_markov": 1,
         "all": 1,
     }
 
 
-@pytest.mark.parametrize(("data", "ctx"), [("syn", 16), ("syn", 32), ("semi", 32)])
+CELLS = [("syn", 16), ("syn", 32), ("semi-f0.3-r0.5", 32), ("semi-f0.5-r0.5", 32)]
+
+
+@pytest.mark.parametrize(("data", "ctx"), CELLS)
 def test_chunks_measure_the_request(study, data, ctx):
     meta = chunks_meta(study, data, ctx)
     spec = study.study.config["datasets"][data]
@@ -102,11 +107,12 @@ def test_chains(study):
     assert (syn["kind"], syn["vocab_size"]) == ("synthetic", 64)
     assert (semi["kind"], semi["vocab_size"]) == ("bigram", 64)
     assert semi["spec"]["vocab_cap"] == 64
+    assert sorted(p.name for p in (study.dir / "results/chains").iterdir()) == ["semi", "syn"]
 
 
 def test_runs_have_probe_tables(study):
     runs = study.study.runs
-    assert len(runs) == 3
+    assert len(runs) == 4
     for run in runs:
         table = pd.read_parquet(study.dir / run.dir / "probes" / "model.parquet")
         assert len(table) == 3 and set(table["data"]) == {run.data}
@@ -123,3 +129,18 @@ def test_unreachable_frequency_is_a_config_error(tmp_path: Path):
     assert len(lines) == 1, result.out
     assert lines[0].startswith("config error: datasets.syn.frequency: ")
     assert "unreachable" in lines[0] and "runs[0]" in lines[0]
+
+
+def test_markov_aggregate(study):
+    out = study.dir / "results/markov"
+    runs = pd.read_csv(out / "emergence.csv")
+    assert sorted(runs["data"]) == sorted(run.data for run in study.study.runs)
+    semi = runs[runs["grid"] == "semi"].sort_values("frequency")
+    assert semi["frequency"].tolist() == [0.3, 0.5] and set(semi["chain_kind"]) == {"bigram"}
+    assert (semi["measured_frequency"] - semi["frequency"]).abs().max() < TOLERANCE
+    generator = pd.read_csv(out / "generator.csv")
+    assert len(generator) == 4 and (generator["first_half_repeats"] == 0).all()
+    assert set(json.loads((out / "frontier.json").read_text())) == {"semi-tiny-B8-C32"}
+    figures = {p.name for p in (out / "figures").iterdir()}
+    assert figures == {f"{s}.{e}" for s in ("frontier-semi-tiny-B8-C32", "properties", "generator")
+                       for e in ("png", "pdf")}  # fmt: skip

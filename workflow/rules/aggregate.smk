@@ -1,4 +1,5 @@
-# Aggregates: emergence point per run, the law fit across runs, and their figures.
+# Aggregates: emergence point per run, the law fit across runs (natural data), the (f, r)
+# frontier and the property grid (Markov data), and their figures.
 
 
 rule aggregate_natural:
@@ -28,3 +29,33 @@ rule aggregate_natural:
         " --bootstrap {params.bootstrap} --seed {params.seed}"
         " --emergence {output.emergence} --fit {output.fit}"
         " --figures results/natural/figures > {log} 2>&1"
+
+
+rule aggregate_markov:
+    input:
+        tables=markov_model_tables(),
+        chunks=markov_chunk_metas(),
+    output:
+        tables=expand(
+            "results/markov/{table}.csv", table=["emergence", "cells", "generator"]
+        ),
+        frontier="results/markov/frontier.json",
+        figures=expand(
+            "results/markov/figures/{fig}.{ext}",
+            fig=markov_figures(),
+            ext=["png", "pdf"],
+        ),
+    log:
+        "results/logs/aggregate/markov.log",
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        datasets=markov_datasets_json,
+        metric=config["emergence"]["metric"],
+        method=config["emergence"]["method"],
+        min_rise=config["emergence"]["min_rise"],
+    shell:
+        "python -m ihsweep.markov_aggregate --model-tables {input.tables}"
+        " --datasets {params.datasets:q} --data-root results/data"
+        " --metric {params.metric} --method {params.method} --min-rise {params.min_rise}"
+        " --out results/markov > {log} 2>&1"

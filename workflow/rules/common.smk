@@ -16,6 +16,7 @@ except ConfigError as err:
 
 wildcard_constraints:
     data=r"[A-Za-z0-9_.+-]+",
+    grid=r"[A-Za-z0-9_+-]+",
     model=r"[A-Za-z0-9_.+-]+",
     batch=r"\d+",
     ctx=r"\d+",
@@ -43,7 +44,7 @@ def family_of(wildcards):
 def chunk_source(wildcards):
     """What a dataset's chunks are cut or drawn from: natural tokens or a Markov chain."""
     if family_of(wildcards) == "markov":
-        return f"results/chains/{wildcards.data}/chain.json"
+        return f"results/chains/{STUDY.grid_of(wildcards.data)}/chain.json"
     return f"results/data/{wildcards.data}/tokens.json"
 
 
@@ -55,7 +56,7 @@ def chunk_command(wildcards):
 
 
 def chain_spec(wildcards):
-    return STUDY.config["datasets"][wildcards.data]["chain"]
+    return STUDY.chain_spec(wildcards.grid)
 
 
 def chain_source(wildcards):
@@ -109,13 +110,63 @@ def natural_outputs():
     ]
 
 
+def markov_runs():
+    return STUDY.runs_of_family("markov")
+
+
+def markov_model_tables():
+    return [f"{run.dir}/probes/model.parquet" for run in markov_runs()]
+
+
+def markov_chunk_metas():
+    return sorted(
+        {
+            f"results/data/{run.data}/C{run.context_size}/chunks.json"
+            for run in markov_runs()
+        }
+    )
+
+
+def markov_datasets_json(wildcards):
+    """The Markov datasets (cells) that runs train on, as the aggregate step reads them."""
+    names = sorted({run.data for run in markov_runs()})
+    return json.dumps(
+        {name: STUDY.dataset_spec(name) for name in names}, sort_keys=True
+    )
+
+
+def markov_figures():
+    """Figure stems: a frontier per bigram (f, r) sweep, the property grid, the generator."""
+    from ihsweep.markov_aggregate import setting_name
+
+    cells = {}  # (grid, model, B, C) -> the cells that runs train on
+    for run in markov_runs():
+        key = (STUDY.grid_of(run.data), run.model, run.batch_size, run.context_size)
+        cells.setdefault(key, set()).add(run.data)
+    kinds = {grid: STUDY.chain_spec(grid)["kind"] for grid, *_ in cells}
+    stems = [
+        f"frontier-{setting_name(*key)}"
+        for key in sorted(cells)
+        if kinds[key[0]] == "bigram" and len(cells[key]) > 1
+    ]
+    if "synthetic" in kinds.values():
+        stems.append("properties")
+    return [*stems, "generator"]
+
+
 def markov_outputs():
-    """Per-run probe tables of the Markov runs (their aggregation is not wired in yet)."""
-    runs = STUDY.runs_of_family("markov")
+    if not markov_runs():
+        return []
     return [
-        f"{run.dir}/probes/{table}.parquet"
-        for run in runs
-        for table in ("heads", "model")
+        *expand(
+            "results/markov/{table}.csv", table=["emergence", "cells", "generator"]
+        ),
+        "results/markov/frontier.json",
+        *expand(
+            "results/markov/figures/{fig}.{ext}",
+            fig=markov_figures(),
+            ext=["png", "pdf"],
+        ),
     ]
 
 
