@@ -143,7 +143,11 @@ def test_sustained_rise_ignores_single_spikes():
     y[4] = 1.0
     assert sustained_rise(y) == 0.0
     y[4:6] = 1.0
+    assert sustained_rise(y) == 0.0  # a bump that falls back keeps nothing
+    y[4:] = 1.0
     assert sustained_rise(y) == 1.0
+    y[7:] = 0.4
+    assert sustained_rise(y) == pytest.approx(0.4)  # only what is held to the end counts
     assert sustained_rise(np.linspace(1.0, 0.0, 10)) == 0.0  # falling curves do not rise
 
 

@@ -57,10 +57,13 @@ says which rule fired, checked in this order:
 
 1. fewer than ``MIN_CHECKPOINTS`` checkpoints with a finite metric;
 2. ``rise < min_rise``. The rise is model-free and the same for both methods: the largest
-   sustained increase, i.e. the running median over 3 checkpoints, peak minus the lowest value
-   before the peak. The 3-point median ignores a one-checkpoint spike, so a metric that jumps
-   only at the very last checkpoint does not count as a transition (our decision: one point
-   cannot tell a transition from noise, and the onset could not be bracketed);
+   sustained increase of the running median over 3 checkpoints, i.e. the largest step from the
+   lowest value up to some checkpoint to the lowest value from there to the end (``sustained_
+   rise``). The 3-point median ignores a one-checkpoint spike, so a metric that jumps only at
+   the very last checkpoint does not count as a transition (our decision: one point cannot tell
+   a transition from noise, and the onset could not be bracketed); a rise that decays again
+   counts only for the part it keeps until the end of the budget (induction heads, once formed,
+   persist);
 3. the fit fails (or, for the sigmoid, the fitted curve does not rise);
 4. fewer than ``MIN_BEFORE`` checkpoints lie at or before the point: with one checkpoint
    before it, the "baseline" may already be on the rise, so the onset is not observed
@@ -164,16 +167,20 @@ def detect(tokens, values, method: str = "breakpoint", min_rise: float = 0.1) ->
 
 
 def sustained_rise(values) -> float:
-    """Largest increase of the 3-checkpoint running median (peak minus the lowest point before).
+    """Largest increase of the 3-checkpoint running median that holds to the end of the budget.
 
-    A single-checkpoint spike, including one at either end of the series, moves no 3-point
-    median, so it cannot make a rise on its own.
+    For each checkpoint t: the lowest running median from t on minus the lowest up to t; the
+    maximum over t. A single-checkpoint spike, including one at either end of the series, moves
+    no 3-point median, so it cannot make a rise on its own; a bump that decays again (seen on
+    i.i.d. Markov data: the score rose by 0.07 for three checkpoints, then fell back to chance)
+    counts only for what it keeps.
     """
     y = np.asarray(values, dtype=float)
     if len(y) < 3:
         return math.nan
     med = np.median(np.lib.stride_tricks.sliding_window_view(y, 3), axis=1)
-    return float(np.max(med - np.minimum.accumulate(med)))
+    held = np.minimum.accumulate(med[::-1])[::-1]  # lowest value from t to the end
+    return float(np.max(held - np.minimum.accumulate(med)))
 
 
 def emergence_table(
