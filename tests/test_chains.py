@@ -207,7 +207,9 @@ def test_uniform_marginal_keeps_the_categoriality_contrast_when_levels_are_out_o
     # cosine near 2^H / V (0.036 here): within 0.4 / across 0.1 cannot coexist with 4.18 bits.
     (_, plus_c), (_, minus_c) = _plus_d(True, "uniform"), _plus_d(False, "uniform")
     plus, minus = plus_c["measured"], minus_c["measured"]
-    assert plus["within_cos"] - plus["across_cos"] > 0.2
+    # The decision of chains' docstring: the levels give way, the +C contrast (target 0.4 - 0.1)
+    # and the entropy rate are kept.
+    assert abs(plus["within_cos"] - plus["across_cos"] - 0.3) < 0.05
     assert abs(minus["within_cos"] - minus["across_cos"]) < 0.02
     for m in (plus, minus):
         assert m["kl_sorted"] < TOL["kl"]
