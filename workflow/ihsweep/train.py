@@ -160,7 +160,7 @@ def train(
         betas=tuple(tcfg["betas"]),
         eps=tcfg["eps"],
         weight_decay=tcfg["weight_decay"],
-        fused=device.type == "cuda",
+        fused=True,  # one kernel per step on CUDA and CPU: ~10% of a small CPU model's step
     )
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
 
