@@ -1,7 +1,7 @@
 """Config validation: bad configs fail through the real command line with one clear line.
 
 Each bad case is an override merged into BASE (mappings merge key by key, lists replace: what
-``--configfile`` does to config.yaml), so a case states only what it breaks. BASE mirrors the
+several ``--configfile`` files do), so a case states only what it breaks. BASE mirrors the
 default config.yaml but lives here, so that tuning the default study does not break these tests.
 The expected fragments are the key path and the allowed values or the fix.
 """
@@ -252,7 +252,7 @@ def default_config() -> dict:
 
 
 def merged(override: str) -> dict:
-    """BASE with ``override`` merged in the way ``--configfile`` merges into config.yaml."""
+    """BASE with ``override`` merged in the way several ``--configfile`` files merge."""
     config = yaml.safe_load(BASE)
     update_config(config, yaml.safe_load(textwrap.dedent(override)))
     return config
@@ -287,9 +287,7 @@ def cli_results(tmp_path_factory) -> dict[str, subprocess.CompletedProcess]:
     before = snapshot(REPO / "results")
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 1)) as pool:
         futures = {
-            case: pool.submit(
-                snakemake_dry_run, "--configfile", str(path), "--replace-workflow-config"
-            )
+            case: pool.submit(snakemake_dry_run, "--configfile", str(path))
             for case, path in configfiles.items()
         }
         results = {case: future.result() for case, future in futures.items()}
@@ -410,6 +408,31 @@ def test_markov_grid_expands_to_one_dataset_per_cell(monkeypatch):
     assert {study.grid_of(name) for name in semi} == {"semi"}
     assert study.chain_spec("semi") == cell["chain"]
     assert "semi" not in study.config["datasets"]
+
+
+def test_a_runs_entry_can_override_budget_and_learning_rate(monkeypatch):
+    monkeypatch.chdir(REPO)
+    config = merged(
+        """
+        training: {tokens: 1000}
+        checkpoints: {start: 100, linear_from: 400, every: 300}
+        runs:
+          - {data: kjv-copy, model: tiny, batch_size: 1, context_size: 32}
+          - {data: kjv-copy, model: tiny, batch_size: 2, context_size: 32,
+             training: {tokens: 2000, lr: 0.01}}
+        """
+    )
+    study = prepare(config, SCHEMA)
+    plain, longer = study.runs
+    assert study.train_spec(plain)["training"]["tokens"] == 1000
+    assert study.train_spec(plain)["training"]["lr"] == 0.001
+    spec = study.train_spec(longer)
+    assert (spec["training"]["tokens"], spec["training"]["lr"]) == (2000, 0.01)
+    assert spec["total_steps"] == 2000 // 64
+    # The schedule continues to the entry's own budget: 100, 200, 400, 700, ..., 1900.
+    assert spec["checkpoint_tokens"][-1] == 31 * 64
+    assert len(spec["checkpoint_tokens"]) > len(study.train_spec(plain)["checkpoint_tokens"])
+    assert spec["training"]["warmup_fraction"] == study.config["training"]["warmup_fraction"]
 
 
 def test_minimal_dataset_gets_gpt2_tokenizer_and_no_repetition(monkeypatch):

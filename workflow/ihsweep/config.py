@@ -103,7 +103,7 @@ def expand_runs(entries: list[dict]) -> Iterator[tuple[int, Run]]:
 def schedule_tokens(checkpoints: dict, budget: int) -> list[int]:
     """Checkpoint token counts of the config's schedule, sorted, none beyond the budget."""
     if "tokens" in checkpoints:
-        return sorted(checkpoints["tokens"])
+        return sorted(t for t in checkpoints["tokens"] if t <= budget)
     start, linear_from, every = (checkpoints[k] for k in ("start", "linear_from", "every"))
     tokens = []
     t = start
@@ -210,14 +210,20 @@ class Study:
 
     config: dict
     runs: list[Run]
-    checkpoint_tokens: list[int] = field(default_factory=list)
+    checkpoint_tokens: list[int] = field(default_factory=list)  # at the `training` budget
     grids: dict[str, list[str]] = field(default_factory=dict)  # Markov entry -> its datasets
+    overrides: dict[Run, dict] = field(default_factory=dict)  # a runs entry's `training` keys
+
+    def training(self, run: Run) -> dict:
+        """The training recipe of one run: `training`, with its runs entry's overrides."""
+        return {**self.config["training"], **self.overrides.get(run, {})}
 
     def total_steps(self, run: Run) -> int:
-        return self.config["training"]["tokens"] // run.tokens_per_step
+        return self.training(run)["tokens"] // run.tokens_per_step
 
     def checkpoint_steps(self, run: Run) -> list[int]:
-        return checkpoint_steps(self.checkpoint_tokens, run.tokens_per_step, self.total_steps(run))
+        tokens = schedule_tokens(self.config["checkpoints"], self.training(run)["tokens"])
+        return checkpoint_steps(tokens, run.tokens_per_step, self.total_steps(run))
 
     def train_spec(self, run: Run) -> dict:
         """Everything a training job needs, JSON-serialisable."""
@@ -234,7 +240,7 @@ class Study:
             # Where a run executes (device, threads) is not part of what it computes.
             "training": {
                 k: copy.deepcopy(v)
-                for k, v in self.config["training"].items()
+                for k, v in self.training(run).items()
                 if k not in EXECUTION_SETTINGS
             },
             "checkpoint_steps": steps,
@@ -242,6 +248,16 @@ class Study:
             "checkpoint_tokens": [step * run.tokens_per_step for step in steps],
             "total_steps": self.total_steps(run),
         }
+
+    def train_minutes(self, run: Run, attempt: int = 1) -> int:
+        """Runtime a cluster training job asks for: the documented formula of ``resources``."""
+        res = self.config["resources"]
+        rate = self.config["models"][run.model]["tokens_per_second"]
+        seconds = self.training(run)["tokens"] / rate
+        return attempt * math.ceil(res["overhead_minutes"] + res["safety"] * seconds / 60)
+
+    def probe_minutes(self, attempt: int = 1) -> int:
+        return attempt * math.ceil(self.config["resources"]["probe_minutes"])
 
     def dataset_spec(self, name: str) -> dict:
         """The dataset entry, defaults filled in (a copy: callers may change it)."""
@@ -293,7 +309,14 @@ def prepare(config: dict, schema: str | Path) -> Study:
     grids = expand_markov_grids(config)
     runs = _check_semantics(config)
     tokens = schedule_tokens(config["checkpoints"], config["training"]["tokens"])
-    return Study(config=config, runs=runs, checkpoint_tokens=tokens, grids=grids)
+    overrides = {
+        run: config["runs"][index]["training"]
+        for index, run in expand_runs(config["runs"])
+        if config["runs"][index].get("training")
+    }
+    return Study(
+        config=config, runs=runs, checkpoint_tokens=tokens, grids=grids, overrides=overrides
+    )
 
 
 def _unshared(node: Any) -> Any:
@@ -451,11 +474,8 @@ def _describe_unknown_key(error: ValidationError) -> str:
     if guess:
         line += f" (did you mean '{guess[0]}'?)"
     if where == "checkpoints":
-        # Easy to hit: an override --configfile is merged into config.yaml, key by key.
-        line += (
-            "; checkpoints take either {start, linear_from, every} or {tokens: [...]}, not both"
-            " (a --configfile is merged into config.yaml; --replace-workflow-config avoids that)"
-        )
+        # Easy to hit when merging several --configfile files, key by key.
+        line += "; checkpoints take either {start, linear_from, every} or {tokens: [...]}, not both"
     return line
 
 
@@ -508,7 +528,8 @@ def _check_semantics(config: dict) -> list[Run]:
     for name, dataset in config["datasets"].items():
         _check_dataset(name, dataset)
         _check_chain_source(config["datasets"], dataset.get("grid", name), dataset)
-    _check_checkpoints(config["checkpoints"], config["training"]["tokens"])
+    budgets = [e.get("training", {}).get("tokens", 0) for e in config["runs"]]
+    _check_checkpoints(config["checkpoints"], max([config["training"]["tokens"], *budgets]))
     runs = _check_run_names(config)
     for index, run in runs:
         _check_run(config, index, run)
@@ -608,7 +629,7 @@ def _check_run_names(config: dict) -> list[tuple[int, Run]]:
 def _check_run(config: dict, index: int, run: Run) -> None:
     model = config["models"][run.model]
     dataset = config["datasets"][run.data]
-    budget = config["training"]["tokens"]
+    budget = {**config["training"], **config["runs"][index].get("training", {})}["tokens"]
     C = run.context_size
     if C > model["n_ctx"]:
         raise ConfigError(
