@@ -18,7 +18,11 @@ shell.prefix(
 )
 
 
-configfile: "config.yaml"
+# A --configfile is a whole study and replaces config.yaml (several are merged in order);
+# --config key=value patches whichever study is loaded.
+if not workflow.config_settings.configfiles:
+
+    configfile: "config.yaml"
 
 
 include: "workflow/rules/common.smk"
