@@ -1,5 +1,11 @@
 # Aggregates: emergence point per run, the law fit across runs (natural data), the (f, r)
-# frontier and the property grid (Markov data), and their figures.
+# frontier and the property grid (Markov data), and their figures. Cheap: they run beside the
+# driver even when the other jobs go to a cluster.
+
+
+localrules:
+    aggregate_natural,
+    aggregate_markov,
 
 
 rule aggregate_natural:

@@ -84,6 +84,15 @@ def train_spec_json(wildcards):
     return json.dumps(STUDY.train_spec(Run.from_wildcards(wildcards)), sort_keys=True)
 
 
+def train_runtime(wildcards, attempt):
+    """Minutes for a training job on a cluster; a retry asks for more (config `resources`)."""
+    return STUDY.train_minutes(Run.from_wildcards(wildcards), attempt)
+
+
+def probe_runtime(wildcards, attempt):
+    return STUDY.probe_minutes(attempt)
+
+
 def probe_json(wildcards):
     return json.dumps(config["probe"], sort_keys=True)
 

@@ -12,6 +12,11 @@ rule probe:
     conda:
         "../../envs/train.yaml"
     threads: 1
+    resources:
+        gpu=config["resources"]["gpu"],
+        gpu_model=config["resources"]["gpu_model"] or "",
+        mem_mb=config["resources"]["probe_mem_mb"],
+        runtime=probe_runtime,
     params:
         probe=probe_json,
         run_dir=input_dir,

@@ -2,7 +2,8 @@
 # the completion marker run.json; checkpoints and resume state live beside it, undeclared, so
 # that Snakemake never deletes them before a retry and a killed job resumes where it stopped.
 # Device and threads are a resource and the thread count, not `params`: changing where a run
-# executes never retrains it.
+# executes never retrains it. gpu, gpu_model, mem_mb and runtime are what a cluster job asks for
+# (config `resources`); a local run ignores them.
 
 
 rule train:
@@ -17,6 +18,10 @@ rule train:
     threads: config["training"]["threads"]
     resources:
         device=config["training"]["device"],
+        gpu=config["resources"]["gpu"],
+        gpu_model=config["resources"]["gpu_model"] or "",
+        mem_mb=config["resources"]["train_mem_mb"],
+        runtime=train_runtime,
     params:
         spec=train_spec_json,
         data_dir=input_dir,
