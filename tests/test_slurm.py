@@ -1,0 +1,257 @@
+"""The study on a real single-node SLURM cluster, through the real `slurm` profile.
+
+The cluster (tests/slurm_cluster.py) runs munged, slurmctld and slurmd on this machine with two
+fake GPUs and a default partition named like the profile's, so the only test-cluster overrides
+are fast status polling. Every Snakemake command here is ``snakemake --profile <repo>/slurm``,
+with the job command lines, sbatch calls and retries of a real cluster. Skipped, with the reason,
+where the SLURM binaries are missing or the tests do not run as root.
+
+- the smallest study completes, with every rule except the local ones running as a SLURM job;
+- force-retraining one configuration as the README says (delete its folder, --forcerun its
+  run.json) reruns only its train and probe jobs and the aggregate, under SLURM;
+- scancel of a running training job: the retry resumes from the saved state (the step it
+  resumed at is in the log) and ends with the weights of an uninterrupted run, bit for bit;
+- kill -9 of the Snakemake driver and of its training job: the README's recovery (unlock, then
+  the same command again; the profile sets rerun-incomplete) finishes the study, resuming the
+  killed run and not retraining the finished one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from ihsweep.checkpoints import list_checkpoints, load_weights
+from slurm_cluster import LocalSlurm, missing_requirements
+from test_workflow import REPO, job_stats
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(missing_requirements() is not None, reason=str(missing_requirements())),
+]
+
+# Test-cluster overrides only: poll the queue every second instead of every 30 s.
+FAST_POLLING = (
+    "--seconds-between-status-checks", "1", "--slurm-init-seconds-before-status-checks", "1",
+)  # fmt: skip
+TIMEOUT = 900
+
+SMALL = """\
+models:
+  tiny: {n_layer: 2, n_head: 4, d_model: 32, mlp: false, n_ctx: 64}
+datasets:
+  kjv: {family: natural, corpus: {source: kjv}, tokenizer: {kind: bpe, vocab_size: 300}}
+runs:
+  - {data: kjv, model: tiny, batch_size: 8, context_size: [16, 32], seed: 0}
+training: {tokens: 20000, lr: 0.003}
+checkpoints: {tokens: [5000, 10000, 20000]}
+resources: {train_mem_mb: 1000, probe_mem_mb: 1000}
+"""
+# Long enough to interrupt: ~6k updates, a checkpoint (and resume state) every 100k tokens.
+LONG = SMALL.replace("training: {tokens: 20000,", "training: {tokens: 1500000,").replace(
+    "checkpoints: {tokens: [5000, 10000, 20000]}",
+    "checkpoints: {start: 50000, linear_from: 100000, every: 100000}",
+)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    slurm = LocalSlurm(tmp_path_factory.mktemp("slurm")).start()
+    yield slurm
+    slurm.stop()
+
+
+def driver_cmd(workdir: Path, *args: str) -> list[str]:
+    return [
+        sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"),
+        "--directory", str(workdir), "--profile", str(REPO / "slurm"), *FAST_POLLING, *args,
+        "--configfile", str(workdir / "config.yaml"),
+    ]  # fmt: skip
+
+
+def snakemake(workdir: Path, *args: str) -> SimpleNamespace:
+    t0 = time.monotonic()
+    proc = subprocess.run(
+        driver_cmd(workdir, *args), capture_output=True, text=True, timeout=TIMEOUT, cwd=workdir
+    )
+    out = proc.stdout + proc.stderr
+    return SimpleNamespace(rc=proc.returncode, out=out, seconds=time.monotonic() - t0)
+
+
+def start_driver(workdir: Path, *args: str) -> subprocess.Popen:
+    log = open(workdir / "driver.log", "w")  # noqa: SIM115 (closed with the process)
+    return subprocess.Popen(
+        driver_cmd(workdir, *args), stdout=log, stderr=subprocess.STDOUT, cwd=workdir,
+        start_new_session=True,
+    )  # fmt: skip
+
+
+def new_study(tmp_path: Path, config: str) -> Path:
+    (tmp_path / "config.yaml").write_text(config)
+    return tmp_path
+
+
+def train_log(workdir: Path, ctx: int) -> str:
+    path = workdir / f"results/logs/train/kjv/tiny/B8-C{ctx}-s0.log"
+    return path.read_text() if path.exists() else ""
+
+
+def latest_step(log: str) -> int:
+    steps = re.findall(r"\] step (\d+)/", log)
+    return int(steps[-1]) if steps else 0
+
+
+def wait_for(condition, timeout: float, what: str, proc: subprocess.Popen | None = None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"the driver exited ({proc.returncode}) before {what}")
+        time.sleep(0.5)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+def running_train_job(cluster: LocalSlurm, wildcards_end: str = "") -> str | None:
+    """The id of a running training job (the plugin's comment: rule_train_wildcards_...)."""
+    for job in cluster.jobs():
+        comment = job["comment"]
+        if job["state"] == "RUNNING" and comment.startswith("rule_train"):
+            if comment.endswith(wildcards_end):
+                return job["id"]
+    return None
+
+
+def submitted_ids(out: str) -> list[str]:
+    return re.findall(r"submitted with SLURM jobid (\d+)", out)
+
+
+def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return load_weights(list_checkpoints(run_dir)[-1]["weights"])
+
+
+def assert_same_weights(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    different = [name for name in a if not torch.equal(a[name], b[name])]
+    assert not different, f"weights differ: {different}"
+
+
+@pytest.fixture(scope="module")
+def small(cluster, tmp_path_factory):
+    workdir = new_study(tmp_path_factory.mktemp("slurm-small"), SMALL)
+    first = snakemake(workdir)
+    assert first.rc == 0, first.out[-6000:]
+    return SimpleNamespace(dir=workdir, first=first)
+
+
+def test_smallest_study_completes_under_slurm(small):
+    out = small.first.out
+    stats = job_stats(out)
+    assert stats == {
+        "tokenize": 1, "chunk": 2, "train": 2, "probe": 2, "aggregate_natural": 1, "all": 1,
+    }  # fmt: skip
+    # Every non-local job went through sbatch; the aggregate ran beside the driver.
+    assert len(submitted_ids(out)) == stats["tokenize"] + stats["chunk"] + 2 * 2
+    assert "localrule aggregate_natural" in out
+    assert (small.dir / "results/natural/figures/law_fit.png").is_file()
+    for ctx in (16, 32):
+        run = json.loads((small.dir / f"results/runs/kjv/tiny/B8-C{ctx}-s0/run.json").read_text())
+        assert run["tokens"] == 20000 // (8 * ctx) * 8 * ctx
+    print(f"smallest study under SLURM: {small.first.seconds:.0f} s for {sum(stats.values())} jobs")
+
+
+def test_deleting_one_run_reruns_only_its_jobs_under_slurm(small):
+    keep = small.dir / "results/runs/kjv/tiny/B8-C16-s0"
+    kept = {p: p.stat().st_mtime_ns for p in keep.rglob("*") if p.is_file()}
+    # The README's recipe: delete the run folder (its saved state too), force its job.
+    run = "results/runs/kjv/tiny/B8-C32-s0"
+    subprocess.run(["rm", "-r", str(small.dir / run)], check=True)
+    assert "Nothing to be done" in snakemake(small.dir, "-n").out  # why --forcerun is needed
+    rerun = snakemake(small.dir, "--forcerun", f"{run}/run.json")
+    assert rerun.rc == 0, rerun.out[-6000:]
+    assert job_stats(rerun.out) == {"train": 1, "probe": 1, "aggregate_natural": 1, "all": 1}
+    assert "wildcards: data=kjv, model=tiny, batch=8, ctx=32, seed=0" in rerun.out
+    assert "ctx=16" not in rerun.out
+    assert {p: p.stat().st_mtime_ns for p in kept} == kept
+
+
+def test_scancel_mid_training_resumes_from_saved_state(cluster, tmp_path):
+    workdir = new_study(tmp_path, LONG.replace("context_size: [16, 32]", "context_size: 32"))
+    driver = start_driver(workdir)
+    try:
+        job = wait_for(
+            lambda: latest_step(train_log(workdir, 32)) >= 1500 and running_train_job(cluster),
+            TIMEOUT, "training to pass step 1500 under SLURM", driver,
+        )  # fmt: skip
+        subprocess.run(["scancel", job], check=True)
+        assert driver.wait(timeout=TIMEOUT) == 0, (workdir / "driver.log").read_text()[-6000:]
+    finally:
+        if driver.poll() is None:
+            driver.send_signal(signal.SIGINT)  # cancels its SLURM jobs
+            driver.wait(timeout=60)
+    log = train_log(workdir, 32)
+    resumed = [int(s) for s in re.findall(r"resuming at step (\d+)", log)]
+    assert len(resumed) == 1 and resumed[0] >= 1500, log[-3000:]
+    print(f"scancel at step >= 1500: the retry resumed at step {resumed[0]}")
+
+    # The same run uninterrupted, on this machine without SLURM: the same weights, bit for bit.
+    run_dir = workdir / "results/runs/kjv/tiny/B8-C32-s0"
+    spec = list_checkpoints(run_dir)[0]["spec"]
+    reference = tmp_path / "reference"
+    subprocess.run(
+        [
+            sys.executable, "-m", "ihsweep.train", "--spec", json.dumps(spec),
+            "--data-dir", str(workdir / "results/data/kjv/C32"), "--run-dir", str(reference),
+            "--device", "cpu", "--threads", "1",
+        ],
+        check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO / "workflow")},
+    )  # fmt: skip
+    assert_same_weights(final_weights(run_dir), final_weights(reference))
+
+
+def test_killed_driver_and_job_recover_as_documented(cluster, tmp_path):
+    # One job at a time: one run finishes (job and all) before the other one trains.
+    workdir = new_study(tmp_path, LONG)
+    run_json = {ctx: workdir / f"results/runs/kjv/tiny/B8-C{ctx}-s0/run.json" for ctx in (16, 32)}
+
+    def one_done_other_training():
+        for done, other in ((16, 32), (32, 16)):
+            job = running_train_job(cluster, f"_{other}_0")
+            if run_json[done].exists() and job and latest_step(train_log(workdir, other)) >= 1000:
+                return done, other, job
+        return None
+
+    driver = start_driver(workdir, "--jobs", "1")
+    try:
+        done, killed, job = wait_for(
+            one_done_other_training, TIMEOUT, "one run to finish and the other to train", driver
+        )
+    finally:
+        driver.kill()  # kill -9 of the driver: it cannot cancel its jobs
+        driver.wait()
+    subprocess.run(["scancel", "--signal=KILL", job], check=True)  # and kill -9 of its job
+    cluster.wait_until_empty()
+    finished_mtime = run_json[done].stat().st_mtime_ns
+
+    locked = snakemake(workdir)
+    assert locked.rc != 0 and "LockException" in locked.out  # what the user sees first
+    unlock = snakemake(workdir, "--unlock")
+    assert unlock.rc == 0, unlock.out[-3000:]
+    recovery = snakemake(workdir)
+    assert recovery.rc == 0, recovery.out[-6000:]
+    assert job_stats(recovery.out)["train"] == 1
+    assert f"batch=8, ctx={killed}, seed=0" in recovery.out.split("rule probe")[0]
+    assert run_json[done].stat().st_mtime_ns == finished_mtime  # not retrained
+    resumed = [int(s) for s in re.findall(r"resuming at step (\d+)", train_log(workdir, killed))]
+    assert len(resumed) == 1 and resumed[0] > 0
+    print(f"kill -9 of driver and job; the recovery resumed the killed run at step {resumed[0]}")
