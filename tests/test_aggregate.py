@@ -10,7 +10,7 @@ from ihsweep.aggregate import main
 from scipy.special import expit
 
 TOKENS = [62_500 * 2**i for i in range(5)] + list(range(1_250_000, 6_000_001, 250_000))
-FIGURES = ["run_curves", "emergence_vs_BC", "law_fit"]
+FIGURES = ["run_curves", "emergence_vs_BC", "law_fit", "model_size"]
 
 
 def synthetic_model_table(seed=0):

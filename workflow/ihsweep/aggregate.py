@@ -9,8 +9,10 @@ model-size test (``ihsweep.lawfit``) and draws the three figures (``ihsweep.figu
         --emergence results/emergence.csv --fit results/law_fit.json --figures results/figures
 
 Outputs: the emergence table (CSV, one row per run), the fit (JSON, indent 2, sorted keys, no
-NaN), and run_curves, emergence_vs_BC and law_fit, each as PNG and PDF, in the figures folder.
-Everything is deterministic for fixed inputs and seed.
+NaN), and run_curves, emergence_vs_BC, law_fit and model_size, each as PNG and PDF, in the figures
+folder.
+``provenance.json`` beside the emergence table records the config hash, the code version and
+the run ids (``ihsweep.provenance``). Everything is deterministic for fixed inputs and seed.
 """
 
 from __future__ import annotations
@@ -24,6 +26,18 @@ from ihsweep import figures
 from ihsweep.emergence import METHODS, METRICS, emergence_table
 from ihsweep.io import atomic_path, write_json
 from ihsweep.lawfit import fit_law
+from ihsweep.provenance import write_provenance
+
+FIGURES = ("run_curves", "emergence_vs_BC", "law_fit", "model_size")  # stems, PNG and PDF each
+
+
+def fit_table(fit: dict) -> pd.DataFrame:
+    """One row per fitted quantity: ``quantity, estimate, ci_low, ci_high`` (CI empty if none)."""
+    rows = []
+    for key in ("a", "b", "log10_T", "c", "r", "loo_rmse_log10", "n_runs"):
+        ci = fit.get(f"{key}_ci") or [None, None]
+        rows.append({"quantity": key, "estimate": fit.get(key), "ci_low": ci[0], "ci_high": ci[1]})
+    return pd.DataFrame(rows, columns=["quantity", "estimate", "ci_low", "ci_high"])
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -59,6 +73,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--fit", required=True, type=Path, help="output: law fit (JSON)")
     parser.add_argument(
+        "--fit-table", type=Path, help="output: the fit's parameters as a table (CSV)"
+    )
+    parser.add_argument(
+        "--config-sha256", help="hash of the study config, recorded in provenance.json"
+    )
+    parser.add_argument(
         "--figures", required=True, type=Path, help="output folder for the figures (PNG, PDF)"
     )
     return parser.parse_args(argv)
@@ -77,11 +97,22 @@ def main(argv=None) -> int:
     with atomic_path(args.emergence) as tmp:
         emergence.to_csv(tmp, index=False)
     write_json(args.fit, fit)
+    if args.fit_table:
+        with atomic_path(args.fit_table) as tmp:
+            fit_table(fit).to_csv(tmp, index=False)
 
     args.figures.mkdir(parents=True, exist_ok=True)
     figures.plot_run_curves(model_table, emergence, args.figures / "run_curves")
     figures.plot_emergence_vs_BC(emergence, args.figures / "emergence_vs_BC")
     figures.plot_law_fit(emergence, fit, args.figures / "law_fit")
+    figures.plot_model_size(emergence, fit, args.figures / "model_size")
+    outputs = [args.emergence, args.fit, args.fit_table, *sorted(args.figures.iterdir())]
+    write_provenance(
+        args.emergence.parent,
+        args.config_sha256,
+        emergence["run_id"],
+        [p.relative_to(args.emergence.parent) for p in outputs if p is not None],
+    )
 
     emerged = int(emergence["emerged"].sum())
     status = "law fitted" if fit["ok"] else f"law not fitted: {fit['reason']}"

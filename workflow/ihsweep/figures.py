@@ -1,9 +1,12 @@
-"""The three figures of the emergence analysis (SPEC section 3), in one shared style.
+"""The figures of the emergence analysis (SPEC section 3), in one shared style.
 
 - ``plot_run_curves``: one small panel per run, the emergence metric and AR accuracy against
   tokens seen (log axis), with the detected emergence point and its interval, or "no transition".
-- ``plot_emergence_vs_BC``: emergence point in updates against batch size B (one line per
-  context size C) and against C (one line per B), log-log, with the intervals as error bars.
+- ``plot_emergence_vs_BC``: emergence point against batch size B (one line per context size
+  C) and against C (one line per B), in updates (top) and tokens (bottom), log-log, with the
+  intervals as error bars.
+- ``plot_model_size``: emergence point against parameter count at fixed (B, C), with the
+  law fit's model-size coefficient.
 - ``plot_law_fit``: predicted against observed emergence point (updates, log-log), the identity
   line, and the fitted a, b, T, r (with 95% intervals) and the model-size coefficient c.
 
@@ -115,20 +118,21 @@ def plot_run_curves(model_table: pd.DataFrame, emergence: pd.DataFrame, out_stem
 
 
 def plot_emergence_vs_BC(emergence: pd.DataFrame, out_stem) -> list[Path]:
-    """Emergence point (updates) vs B (lines per C) and vs C (lines per B), log-log."""
+    """Emergence point vs B (lines per C) and vs C (lines per B), in updates and in tokens."""
     done = emergence[emergence["emerged"].astype(bool)] if len(emergence) else emergence
     models = _models_by_size(emergence)
     with figure_style():
-        fig = new_figure(7.2, 3.2)
-        left, right = fig.subplots(1, 2, sharey=True)
-        panels = [
-            (left, "batch_size", "context_size", "batch size B (sequences per update)", "C"),
-            (right, "context_size", "batch_size", "context size C (tokens per sequence)", "B"),
+        fig = new_figure(7.2, 5.8)
+        axes = fig.subplots(2, 2, sharey="row")
+        columns = [
+            ("batch_size", "context_size", "batch size B (sequences per update)", "C"),
+            ("context_size", "batch_size", "context size C (tokens per sequence)", "B"),
         ]
-        for ax, x_col, group_col, xlabel, group_name in panels:
-            _plot_vs(ax, done, x_col, group_col, group_name, models)
-            ax.set_xlabel(xlabel)
-        left.set_ylabel("emergence point (updates)")
+        for row, unit in enumerate(("updates", "tokens")):
+            for ax, (x_col, group_col, xlabel, group_name) in zip(axes[row], columns, strict=True):
+                _plot_vs(ax, done, x_col, group_col, group_name, models, unit)
+                ax.set_xlabel(xlabel)
+            axes[row, 0].set_ylabel(f"emergence point ({unit})")
         if len(models) > 1:
             fig.legend(
                 handles=[
@@ -139,6 +143,57 @@ def plot_emergence_vs_BC(emergence: pd.DataFrame, out_stem) -> list[Path]:
                 loc="outside right center",
             )
         fig.suptitle(_emerged_summary(emergence))
+        return save_figure(fig, out_stem)
+
+
+def plot_model_size(emergence: pd.DataFrame, fit: dict, out_stem) -> list[Path]:
+    """Emergence point (updates) vs parameter count, one line per (B, C) with several models.
+
+    The paper's claim is that the point does not depend on model size; the fitted size
+    coefficient c (``lawfit``, log10 U on log10 N beside log B and log C) is printed.
+    """
+    done = emergence[emergence["emerged"].astype(bool)] if len(emergence) else emergence
+    with figure_style():
+        fig = new_figure(4.6, 3.6)
+        ax = fig.subplots()
+        settings = (
+            done.groupby(["batch_size", "context_size"])["model"].nunique().loc[lambda n: n > 1]
+            if len(done)
+            else pd.Series(dtype=int)
+        )
+        for i, (b, c) in enumerate(settings.index):
+            pts = done[(done["batch_size"] == b) & (done["context_size"] == c)]
+            pts = pts.sort_values("n_params")
+            ax.errorbar(
+                pts["n_params"],
+                pts["updates_pt"],
+                yerr=_yerr(pts, "updates"),
+                marker=MARKERS[i % len(MARKERS)],
+                color=PALETTE[i % len(PALETTE)],
+                capsize=2,
+                elinewidth=0.8,
+                label=f"B={b}, C={c}",
+            )
+        if len(settings):
+            _plain_log_ticks(ax, "y")
+            ax.set_xscale("log")
+            ax.legend(title="fixed (B, C)", loc="best")
+        else:
+            ax.text(
+                0.5, 0.5, "no (B, C) with two or more emerged model sizes",
+                transform=ax.transAxes, ha="center",
+            )  # fmt: skip
+            ax.set_xticks([])
+            ax.set_yticks([])
+        ax.set_xlabel("parameters N (log scale)")
+        ax.set_ylabel("emergence point (updates)")
+        c, ci = fit.get("c"), fit.get("c_ci")
+        size = (
+            f"size coefficient c = {c:.2f} [{ci[0]:.2f}, {ci[1]:.2f}] (log10 U per log10 N)"
+            if c is not None and ci
+            else "size coefficient: not fitted"
+        )
+        ax.set_title(f"Model size: {size}\n(paper: no dependence, c = 0)")
         return save_figure(fig, out_stem)
 
 
@@ -256,7 +311,7 @@ def _models_by_size(emergence: pd.DataFrame) -> list[str]:
     return [str(m) for m in sizes.index]
 
 
-def _plot_vs(ax, done, x_col, group_col, group_name, models) -> None:
+def _plot_vs(ax, done, x_col, group_col, group_name, models, unit: str = "updates") -> None:
     """One colour per level of group_col; markers per model, dodged so that they do not hide."""
     if not len(done):
         ax.text(0.5, 0.5, "no run emerged", transform=ax.transAxes, ha="center")
@@ -277,13 +332,13 @@ def _plot_vs(ax, done, x_col, group_col, group_name, models) -> None:
                 continue
             dodge = 10 ** (0.03 * (j - centre))
             # The line joins the geometric mean over seeds at each x, per model.
-            means = pts.groupby(x_col)["updates_pt"].apply(lambda u: 10 ** np.mean(np.log10(u)))
+            means = pts.groupby(x_col)[f"{unit}_pt"].apply(lambda u: 10 ** np.mean(np.log10(u)))
             if len(means) > 1:
                 ax.plot(means.index * dodge, means.to_numpy(), color=colour, lw=1, alpha=0.8)
             ax.errorbar(
                 pts[x_col] * dodge,
-                pts["updates_pt"],
-                yerr=_yerr(pts),
+                pts[f"{unit}_pt"],
+                yerr=_yerr(pts, unit),
                 ls="",
                 marker=MARKERS[j % len(MARKERS)],
                 color=colour,
@@ -303,17 +358,26 @@ def _plot_vs(ax, done, x_col, group_col, group_name, models) -> None:
 
 
 def _plain_log_ticks(ax, which: str) -> None:
-    """Log scale labelled 1, 2, 5 per decade in plain numbers (updates span 1-3 decades)."""
+    """Log scale labelled 1, 2, 5 per decade in plain numbers (points span 1-3 decades)."""
     getattr(ax, f"set_{which}scale")("log")
     axis = ax.xaxis if which == "x" else ax.yaxis
     axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: _short_number(v)))
     axis.set_minor_formatter(NullFormatter())
 
 
-def _yerr(pts: pd.DataFrame) -> np.ndarray:
-    below = (pts["updates_pt"] - pts["updates_lo"]).clip(lower=0)
-    above = (pts["updates_hi"] - pts["updates_pt"]).clip(lower=0)
+def _short_number(v: float) -> str:
+    """500, 2000, 50k, 1.5M: plain numbers with a k / M suffix from ten thousand on."""
+    if v >= 1e6:
+        return f"{v / 1e6:g}M"
+    if v >= 1e4:
+        return f"{v / 1e3:g}k"
+    return f"{v:g}"
+
+
+def _yerr(pts: pd.DataFrame, unit: str = "updates") -> np.ndarray:
+    below = (pts[f"{unit}_pt"] - pts[f"{unit}_lo"]).clip(lower=0)
+    above = (pts[f"{unit}_hi"] - pts[f"{unit}_pt"]).clip(lower=0)
     return np.vstack([below.to_numpy(), above.to_numpy()])
 
 
