@@ -21,6 +21,8 @@ chain's properties and the generator's measured statistics, and writes::
   the runs of every model, B and C with the same properties and (f, r));
   ``figures/generator``: measured vs requested f and r. Each as PNG and PDF.
 
+- ``provenance.json``: config hash, code version, run ids (``ihsweep.provenance``).
+
 ``--datasets`` maps each Markov dataset (cell) name to its config entry (``grid``, f, r,
 ``chain``); the Snakefile passes the validated config's entries. Deterministic for fixed
 inputs.
@@ -38,6 +40,7 @@ from ihsweep import frontier, markov_figures
 from ihsweep.data.chunks import CHUNKS_JSON
 from ihsweep.emergence import METHODS, METRICS, emergence_table
 from ihsweep.io import atomic_path, json_arg, write_json
+from ihsweep.provenance import write_provenance
 
 RUN_EXTRA = {
     "grid": "the config entry the dataset is a cell of (it also names the chain)",
@@ -178,6 +181,8 @@ def main(argv=None) -> int:
         properties = frontier.property_table(synthetic)
         markov_figures.plot_property_grid(properties, figures / "properties")
     markov_figures.plot_generator_stats(generator, figures / "generator")
+    outputs = [p.relative_to(out) for p in [*out.glob("*.*"), *sorted(figures.iterdir())]]
+    write_provenance(out, args.config_sha256, runs["run_id"], outputs)
 
     emerged = int(runs["emerged"].sum())
     print(f"{emerged} of {len(runs)} Markov runs emerged ({args.metric}, {args.method})")
@@ -202,6 +207,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--method", choices=METHODS, default="sigmoid")
     parser.add_argument("--min-rise", type=float, default=0.05)
     parser.add_argument("--out", required=True, type=Path, help="output folder")
+    parser.add_argument("--config-sha256", help="hash of the study config, for provenance.json")
     return parser.parse_args(argv)
 
 

@@ -4,7 +4,9 @@ import os
 import shlex
 import sys
 
+from ihsweep.aggregate import FIGURES as NATURAL_FIGURES
 from ihsweep.config import ConfigError, Run, prepare
+from ihsweep.provenance import config_sha256
 
 try:
     STUDY = prepare(
@@ -12,6 +14,7 @@ try:
     )
 except ConfigError as err:
     sys.exit(f"config error: {err}")
+CONFIG_SHA256 = config_sha256(config)  # recorded in every provenance.json
 
 
 wildcard_constraints:
@@ -111,9 +114,11 @@ def natural_outputs():
     return [
         "results/natural/emergence.csv",
         "results/natural/lawfit.json",
+        "results/natural/lawfit.csv",
+        "results/natural/provenance.json",
         *expand(
             "results/natural/figures/{fig}.{ext}",
-            fig=["run_curves", "emergence_vs_BC", "law_fit"],
+            fig=NATURAL_FIGURES,
             ext=["png", "pdf"],
         ),
     ]
@@ -171,6 +176,7 @@ def markov_outputs():
             "results/markov/{table}.csv", table=["emergence", "cells", "generator"]
         ),
         "results/markov/frontier.json",
+        "results/markov/provenance.json",
         *expand(
             "results/markov/figures/{fig}.{ext}",
             fig=markov_figures(),
@@ -179,5 +185,13 @@ def markov_outputs():
     ]
 
 
+def run_figures():
+    return [
+        f"{run.dir}/figures/{name}"
+        for run in STUDY.runs
+        for name in ("run.png", "run.pdf", "provenance.json")
+    ]
+
+
 def final_outputs():
-    return natural_outputs() + markov_outputs()
+    return natural_outputs() + markov_outputs() + run_figures()

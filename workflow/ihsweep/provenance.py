@@ -1,0 +1,59 @@
+"""Where a table or figure came from: the config, the code, the runs (a sidecar JSON).
+
+Every aggregate step writes ``provenance.json`` beside its outputs::
+
+    {"config_sha256": "...", "code_version": "git:3f2c1ab" | "ihsweep 0.1.0",
+     "runs": ["kjv-copy/w64/B8-C16-s0", ...], "outputs": ["emergence.csv", ...]}
+
+``config_sha256`` hashes the validated study config (defaults filled in, keys sorted), so two
+result folders with the same hash came from the same study definition. The code version is the
+git commit of the checkout the step ran from (with ``-dirty`` for uncommitted changes), or the
+installed package version when there is no git checkout.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+from ihsweep.io import write_json
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def config_sha256(config: dict) -> str:
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def code_version() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(PACKAGE_DIR), "describe", "--always", "--dirty", "--abbrev=12"],
+            capture_output=True, text=True, timeout=10,
+        )  # fmt: skip
+        if out.returncode == 0 and out.stdout.strip():
+            return f"git:{out.stdout.strip()}"
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        return f"ihsweep {metadata.version('ihsweep')}"
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def write_provenance(folder, config_hash: str | None, run_ids, outputs) -> Path:
+    path = Path(folder) / "provenance.json"
+    write_json(
+        path,
+        {
+            "config_sha256": config_hash,
+            "code_version": code_version(),
+            "runs": sorted(str(r) for r in run_ids),
+            "outputs": sorted(str(o) for o in outputs),
+        },
+    )
+    return path
