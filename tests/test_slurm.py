@@ -9,8 +9,10 @@ where the SLURM binaries are missing or the tests do not run as root.
 - the smallest study completes, with every rule except the local ones running as a SLURM job;
 - force-retraining one configuration as the README says (delete its folder, --forcerun its
   run.json) reruns only its train and probe jobs and the aggregate, under SLURM;
-- scancel of a running training job: the retry resumes from the saved state (the step it
-  resumed at is in the log) and ends with the weights of an uninterrupted run, bit for bit;
+- scancel of a running training job, with SIGTERM (a plain scancel, or preemption) or with
+  SIGUSR1 (what the profile asks SLURM to send before the walltime): training saves its state
+  at the next step, the retry resumes from exactly that step and ends with the weights of an
+  uninterrupted run, bit for bit;
 - kill -9 of the Snakemake driver and of its training job: the README's recovery (unlock, then
   the same command again; the profile sets rerun-incomplete) finishes the study, resuming the
   killed run and not retraining the finished one.
@@ -185,7 +187,12 @@ def test_deleting_one_run_reruns_only_its_jobs_under_slurm(small):
     assert {p: p.stat().st_mtime_ns for p in kept} == kept
 
 
-def test_scancel_mid_training_resumes_from_saved_state(cluster, tmp_path):
+@pytest.mark.parametrize(
+    "scancel_args",
+    [[], ["--signal=USR1"]],
+    ids=["scancel", "walltime-warning"],  # SIGTERM; the profile's --signal=USR1@300, by hand
+)
+def test_scancel_mid_training_resumes_from_saved_state(cluster, tmp_path, scancel_args):
     workdir = new_study(tmp_path, LONG.replace("context_size: [16, 32]", "context_size: 32"))
     driver = start_driver(workdir)
     try:
@@ -193,7 +200,7 @@ def test_scancel_mid_training_resumes_from_saved_state(cluster, tmp_path):
             lambda: latest_step(train_log(workdir, 32)) >= 1500 and running_train_job(cluster),
             TIMEOUT, "training to pass step 1500 under SLURM", driver,
         )  # fmt: skip
-        subprocess.run(["scancel", job], check=True)
+        subprocess.run(["scancel", *scancel_args, job], check=True)
         assert driver.wait(timeout=TIMEOUT) == 0, (workdir / "driver.log").read_text()[-6000:]
     finally:
         if driver.poll() is None:
@@ -202,7 +209,8 @@ def test_scancel_mid_training_resumes_from_saved_state(cluster, tmp_path):
     log = train_log(workdir, 32)
     resumed = [int(s) for s in re.findall(r"resuming at step (\d+)", log)]
     assert len(resumed) == 1 and resumed[0] >= 1500, log[-3000:]
-    print(f"scancel at step >= 1500: the retry resumed at step {resumed[0]}")
+    assert f"state saved at step {resumed[0]}" in log  # saved on the signal, not a checkpoint
+    print(f"scancel {scancel_args} at step >= 1500: the retry resumed at step {resumed[0]}")
 
     # The same run uninterrupted, on this machine without SLURM: the same weights, bit for bit.
     run_dir = workdir / "results/runs/kjv/tiny/B8-C32-s0"
