@@ -74,6 +74,7 @@ def test_jobs(study):
         "chunk": 4,
         "train": 4,
         "probe": 4,
+        "run_figure": 4,
         "aggregate_markov": 1,
         "all": 1,
     }

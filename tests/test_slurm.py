@@ -160,11 +160,12 @@ def test_smallest_study_completes_under_slurm(small):
     out = small.first.out
     stats = job_stats(out)
     assert stats == {
-        "tokenize": 1, "chunk": 2, "train": 2, "probe": 2, "aggregate_natural": 1, "all": 1,
+        "tokenize": 1, "chunk": 2, "train": 2, "probe": 2, "run_figure": 2,
+        "aggregate_natural": 1, "all": 1,
     }  # fmt: skip
     # Every non-local job went through sbatch; the aggregate ran beside the driver.
     assert len(submitted_ids(out)) == stats["tokenize"] + stats["chunk"] + 2 * 2
-    assert "localrule aggregate_natural" in out
+    assert "localrule aggregate_natural" in out and "localrule run_figure" in out
     assert (small.dir / "results/natural/figures/law_fit.png").is_file()
     for ctx in (16, 32):
         run = json.loads((small.dir / f"results/runs/kjv/tiny/B8-C{ctx}-s0/run.json").read_text())
@@ -181,7 +182,9 @@ def test_deleting_one_run_reruns_only_its_jobs_under_slurm(small):
     assert "Nothing to be done" in snakemake(small.dir, "-n").out  # why --forcerun is needed
     rerun = snakemake(small.dir, "--forcerun", f"{run}/run.json")
     assert rerun.rc == 0, rerun.out[-6000:]
-    assert job_stats(rerun.out) == {"train": 1, "probe": 1, "aggregate_natural": 1, "all": 1}
+    assert job_stats(rerun.out) == {
+        "train": 1, "probe": 1, "run_figure": 1, "aggregate_natural": 1, "all": 1,
+    }  # fmt: skip
     assert "wildcards: data=kjv, model=tiny, batch=8, ctx=32, seed=0" in rerun.out
     assert "ctx=16" not in rerun.out
     assert {p: p.stat().st_mtime_ns for p in kept} == kept

@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 import yaml
+from ihsweep.aggregate import FIGURES as NATURAL_FIGURES
 from ihsweep.config import prepare
 
 pytestmark = pytest.mark.slow
@@ -46,9 +47,7 @@ checkpoints: {start: 5000, linear_from: 20000, every: 20000}
 lawfit: {bootstrap: 50}
 """
 FIGURES = [
-    f"results/natural/figures/{fig}.{ext}"
-    for fig in ("run_curves", "emergence_vs_BC", "law_fit")
-    for ext in ("png", "pdf")
+    f"results/natural/figures/{fig}.{ext}" for fig in NATURAL_FIGURES for ext in ("png", "pdf")
 ]
 HEAD_COLUMNS = [
     "run_id", "data", "model", "batch_size", "context_size", "seed", "step", "tokens",
@@ -141,6 +140,7 @@ def test_first_run_ran_every_job_once(study):
         "chunk": 2,
         "train": len(runs),
         "probe": len(runs),
+        "run_figure": len(runs),
         "aggregate_natural": 1,
         "all": 1,
     }
@@ -242,10 +242,11 @@ def test_second_invocation_has_nothing_to_do(study):
     assert study.mtimes_after == study.mtimes_before
 
 
-def test_changing_min_rise_in_a_configfile_reruns_only_the_aggregate(study):
+def test_changing_min_rise_in_a_configfile_reruns_only_aggregates_and_figures(study):
     run = study.min_rise_file
     assert run.rc == 0, run.out[-3000:]
-    assert job_stats(run.out) == {"aggregate_natural": 1, "all": 1}
+    n_runs = len(study.study.runs)
+    assert job_stats(run.out) == {"aggregate_natural": 1, "run_figure": n_runs, "all": 1}
     assert re.search(r"params have changed since last execution:\s+aggregate_natural", run.out)
 
 
