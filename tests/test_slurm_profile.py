@@ -31,7 +31,8 @@ def paper_dry_run():
 def test_paper_study_is_the_full_grid(paper_dry_run):
     stats = job_stats(paper_dry_run)
     assert stats == {
-        "tokenize": 1, "chunk": 5, "train": 30, "probe": 30, "aggregate_natural": 1, "all": 1,
+        "tokenize": 1, "chunk": 5, "train": 30, "probe": 30, "run_figure": 30,
+        "aggregate_natural": 1, "all": 1,
     }  # fmt: skip
     assert "Using profile slurm" in paper_dry_run
 
