@@ -262,7 +262,7 @@ def _colorbar(fig, ax, norm: LogNorm | None) -> None:
     bar = fig.colorbar(
         ScalarMappable(norm=norm, cmap=mpl.colormaps[CMAP]), ax=ax, shrink=0.8, pad=0.03
     )
-    bar.set_label("emergence point (tokens seen; median over emerged seeds)")
+    bar.set_label("emergence point (tokens)\nmedian of emerged seeds")
     # Emergence points often span less than a decade; denser ticks keep the bar labelled.
     decades = np.log10(norm.vmax / norm.vmin)
     subs = (1.0,) if decades > 3 else (1.0, 2.0, 5.0) if decades > 1 else (1.0, 2.0, 3.0, 5.0, 7.0)
