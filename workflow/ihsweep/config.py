@@ -307,15 +307,19 @@ def prepare(config: dict, schema: str | Path) -> Study:
     config.update({key: _unshared(value) for key, value in config.items()})
 
     grids = expand_markov_grids(config)
-    runs = _check_semantics(config)
+    indexed = _check_semantics(config)
     tokens = schedule_tokens(config["checkpoints"], config["training"]["tokens"])
     overrides = {
         run: config["runs"][index]["training"]
-        for index, run in expand_runs(config["runs"])
+        for index, run in indexed
         if config["runs"][index].get("training")
     }
     return Study(
-        config=config, runs=runs, checkpoint_tokens=tokens, grids=grids, overrides=overrides
+        config=config,
+        runs=[run for _, run in indexed],
+        checkpoint_tokens=tokens,
+        grids=grids,
+        overrides=overrides,
     )
 
 
@@ -523,17 +527,23 @@ def _yaml_float(number: float) -> str:
 # Semantic checks (the config is schema-valid and has its defaults here)
 
 
-def _check_semantics(config: dict) -> list[Run]:
+def _entry_training(config: dict, index: int) -> dict:
+    """The training recipe of runs entry ``index``: `training` with the entry's overrides."""
+    return {**config["training"], **config["runs"][index].get("training", {})}
+
+
+def _check_semantics(config: dict) -> list[tuple[int, Run]]:
+    """Check the config; return every run with the index of its runs entry."""
     _check_models(config["models"])
     for name, dataset in config["datasets"].items():
         _check_dataset(name, dataset)
         _check_chain_source(config["datasets"], dataset.get("grid", name), dataset)
-    budgets = [e.get("training", {}).get("tokens", 0) for e in config["runs"]]
+    budgets = [_entry_training(config, i)["tokens"] for i in range(len(config["runs"]))]
     _check_checkpoints(config["checkpoints"], max([config["training"]["tokens"], *budgets]))
     runs = _check_run_names(config)
     for index, run in runs:
         _check_run(config, index, run)
-    return [run for _, run in runs]
+    return runs
 
 
 def _check_models(models: dict) -> None:
@@ -629,7 +639,7 @@ def _check_run_names(config: dict) -> list[tuple[int, Run]]:
 def _check_run(config: dict, index: int, run: Run) -> None:
     model = config["models"][run.model]
     dataset = config["datasets"][run.data]
-    budget = {**config["training"], **config["runs"][index].get("training", {})}["tokens"]
+    budget = _entry_training(config, index)["tokens"]
     C = run.context_size
     if C > model["n_ctx"]:
         raise ConfigError(

@@ -42,24 +42,24 @@ LAWFIT = "results/natural/lawfit.json"
 TOKENS_LINE = re.compile(r"\] step \d+/\d+ \| tokens ([0-9.]+)M")
 
 
-def run_state(run_dir: Path, log: Path, active_minutes: float, now: float) -> str:
+def run_state(run_dir: Path, log: Path, text: str | None, active_minutes: float, now: float):
+    """The run's state from its folder and its training log (``text``: None when absent)."""
     if (run_dir / "run.json").exists():
         probed = all((run_dir / "probes" / f"{t}.parquet").exists() for t in ("heads", "model"))
         return "done" if probed else "trained"
-    if not log.exists():
+    if text is None:
         return "missing"
     if now - log.stat().st_mtime < 60 * active_minutes:
         return "running"
-    tail = log.read_text(errors="replace").splitlines()[-3:]
-    if any("state saved at step" in line for line in tail):
+    if any("state saved at step" in line for line in text.splitlines()[-3:]):
         return "interrupted"
     return "failed"
 
 
-def tokens_reached(run_dir: Path, log: Path) -> int:
+def tokens_reached(run_dir: Path, text: str | None) -> int:
     reached = [int(m["tokens"]) for m in list_checkpoints(run_dir)] if run_dir.exists() else []
-    if log.exists():
-        reached += [int(float(t) * 1e6) for t in TOKENS_LINE.findall(log.read_text())[-1:]]
+    if text is not None:
+        reached += [int(float(t) * 1e6) for t in TOKENS_LINE.findall(text)[-1:]]
     return max(reached, default=0)
 
 
@@ -74,10 +74,11 @@ def status_table(study: Study, root: Path = Path("."), active_minutes: float = 5
     for run in study.runs:
         run_dir = root / run.dir
         log = root / "results" / "logs" / "train" / f"{run.id}.log"
+        text = log.read_text(errors="replace") if log.exists() else None  # read once
         row = {
             "run_id": run.id,
-            "state": run_state(run_dir, log, active_minutes, now),
-            "tokens": tokens_reached(run_dir, log),
+            "state": run_state(run_dir, log, text, active_minutes, now),
+            "tokens": tokens_reached(run_dir, text),
             "budget": study.total_steps(run) * run.tokens_per_step,
             "emerged": None,
             "tokens_pt": None,
