@@ -33,7 +33,7 @@ from ihsweep.checkpoints import (
 )
 from ihsweep.config import prepare
 from ihsweep.model import GPT, GPTConfig
-from ihsweep.train import EXIT_INTERRUPTED, ChunkSampler, lr_at, spec_hash, train
+from ihsweep.train import EXIT_INTERRUPTED, ChunkSampler, Progress, lr_at, spec_hash, train
 from safetensors import safe_open
 from safetensors.torch import load_file
 
@@ -410,7 +410,7 @@ def test_changed_execution_settings_keep_the_state(tmp_path, data_dir, capsys):
     # device and threads say how a run executes, not what it is: they are not in the spec.
     assert not {"device", "threads"} & set(spec["training"])
     moved = copy.deepcopy(spec)
-    moved["training"].update(log_every=7)
+    moved["training"].update(log_every=7, progress_seconds=0)
     assert spec_hash(moved) == spec_hash(spec)
     train(moved, data_dir, run_dir, stop_after_step=40)
     out = capsys.readouterr().out
@@ -418,6 +418,53 @@ def test_changed_execution_settings_keep_the_state(tmp_path, data_dir, capsys):
     train(spec, data_dir, run_dir)
     train(spec, data_dir, ref_dir)
     assert_same_tensors(final_weights(run_dir), final_weights(ref_dir))
+
+
+class Clock:
+    """A wall clock that the test advances: the cadence of progress lines is a function of time."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_progress_lines_keep_a_steady_time_interval_when_the_step_time_changes():
+    clock = Clock()
+    progress = Progress(seconds=1.0, step=0, clock=clock)
+    lines = {}
+    for step in range(1, 31):
+        clock.now += 0.125 if step <= 20 else 0.5  # eight steps a second, then two a second
+        progress.add(float(step))
+        if progress.due(step, total_steps=30):
+            lines[step] = progress.line(step, 30, tokens_per_step=1000, flops_per_token=1e6)
+    assert list(lines) == [8, 16, 21, 23, 25, 27, 29, 30]  # once a second, and the last step
+    assert lines[8] == (
+        "step 8/30 | tokens 0.01M | loss 4.5000 | 8.0k tok/s | 8.0 GFLOP/s | ETA 0m02s"
+    )  # ETA: 22 steps left at the run's mean speed so far (8 steps/s)
+    assert lines[23].startswith("step 23/30 | tokens 0.02M | loss 22.5000 | 2.0k tok/s")
+
+
+def test_training_log_has_progress_lines_and_ends_with_a_summary(tmp_path, data_dir, capsys):
+    line = re.compile(
+        r"\[(?P<run>[^\]]+)\] step (?P<step>\d+)/30 \| tokens [0-9.]+M \| loss [0-9.]+"
+        r" \| [0-9.]+k tok/s \| [0-9.]+ GFLOP/s \| ETA \d+m\d\ds"
+    )
+    logs = {}
+    for seconds in (0, 1e9):
+        spec = make_spec(steps=30, every=10, progress_seconds=seconds)
+        train(spec, data_dir, tmp_path / str(seconds))
+        out = capsys.readouterr().out.splitlines()
+        steps = [int(m["step"]) for m in map(line.fullmatch, out) if m]
+        assert steps == (list(range(1, 31)) if seconds == 0 else [30])
+        assert re.fullmatch(
+            r"\[.+\] done: 30 steps, 0\.00M tokens \| final train loss [0-9.]+, val loss [0-9.]+"
+            r" \| \d+ s this session at [0-9.]+k tok/s",
+            out[-1],
+        ), out[-1]
+        logs[seconds] = (tmp_path / str(seconds) / "loss.csv").read_text()
+    assert logs[0] == logs[1e9]  # the console's cadence does not change the loss log
 
 
 def test_grad_clip_null_turns_clipping_off(tmp_path, data_dir):

@@ -83,7 +83,7 @@ def pick_device(name: str) -> torch.device:
 
 # Logging cadence changes what is written, not what is computed: changing it keeps the state.
 # (Device and threads are not in the spec at all; they are command-line flags.)
-EXECUTION_KEYS = ("log_every",)
+EXECUTION_KEYS = ("log_every", "progress_seconds")
 
 
 def spec_hash(spec: dict) -> str:
@@ -102,6 +102,39 @@ class StopRequested:
 
     def _handle(self, signum, _frame):
         self.signum = signum
+
+
+class Progress:
+    """When to print a progress line: once ``seconds`` of wall time have passed since the last
+    one, and at the last step, so a log reads at a steady pace whatever the run's speed (a
+    fixed step interval floods the log of a small model and starves that of a large one)."""
+
+    def __init__(self, seconds: float, step: int, clock=time.perf_counter):
+        self.seconds, self.clock = seconds, clock
+        self.start_time = self.last_time = clock()
+        self.start_step = self.last_step = step
+        self.losses: list[float] = []
+
+    def add(self, loss: float) -> None:
+        self.losses.append(loss)
+
+    def due(self, step: int, total_steps: int) -> bool:
+        return step == total_steps or self.clock() - self.last_time >= self.seconds
+
+    def line(self, step: int, total_steps: int, tokens_per_step: int, flops_per_token: float):
+        """The line for ``step`` (losses and speed since the previous line); starts a new one."""
+        now = self.clock()
+        window = max(now - self.last_time, 1e-9)
+        tps = (step - self.last_step) * tokens_per_step / window
+        mean_tps = (step - self.start_step) * tokens_per_step / max(now - self.start_time, 1e-9)
+        eta = (total_steps - step) * tokens_per_step / mean_tps if mean_tps > 0 else 0.0
+        loss = float(np.mean(self.losses)) if self.losses else float("nan")
+        self.last_time, self.last_step, self.losses = now, step, []
+        return (
+            f"step {step}/{total_steps} | tokens {step * tokens_per_step / 1e6:.2f}M"
+            f" | loss {loss:.4f} | {tps / 1e3:.1f}k tok/s"
+            f" | {tps * flops_per_token / 1e9:.1f} GFLOP/s | ETA {format_eta(eta)}"
+        )
 
 
 def format_eta(seconds: float) -> str:
@@ -224,6 +257,7 @@ def train(
     flops_per_token = count_flops_per_token(cfg, C)
     model.train()
     t0, step0 = time.perf_counter(), step
+    progress = Progress(tcfg["progress_seconds"], step)
     while step < total_steps:
         lr = lr_at(step, total_steps, tcfg["lr"], tcfg["warmup_fraction"])
         for group in optim.param_groups:
@@ -239,20 +273,15 @@ def train(
         optim.step()
         step += 1
         recent.append(loss.item())
+        progress.add(recent[-1])
 
         if step % tcfg["log_every"] == 0 or step == total_steps:
             train_loss = float(np.mean(recent[-tcfg["log_every"] :]))
             with open(loss_log, "a") as f:
                 f.write(f"{step},{step * B * C},train,{train_loss:.6f},{lr:.6g}\n")
-            elapsed = time.perf_counter() - t0
-            tps = (step - step0) * B * C / elapsed
-            print(
-                f"[{spec['run_id']}] step {step}/{total_steps} | tokens {step * B * C / 1e6:.2f}M"
-                f" | loss {train_loss:.4f} | {tps / 1e3:.1f}k tok/s"
-                f" | {tps * flops_per_token / 1e9:.1f} GFLOP/s"
-                f" | ETA {format_eta((total_steps - step) * B * C / tps)}",
-                flush=True,
-            )
+        if progress.due(step, total_steps):
+            line = progress.line(step, total_steps, B * C, flops_per_token)
+            print(f"[{spec['run_id']}] {line}", flush=True)
         if step in ckpt_steps:
             save(step, float(np.mean(recent[-tcfg["log_every"] :])), True)
             del recent[: -tcfg["log_every"]]
@@ -283,12 +312,20 @@ def train(
         "spec_hash": fingerprint,
     }
     write_json(run_dir / "run.json", summary)
-    print(
-        f"[{spec['run_id']}] done: {total_steps} steps, {total_steps * B * C / 1e6:.2f}M tokens,"
-        f" final train loss {summary['final_train_loss']}, {elapsed:.0f} s this session",
-        flush=True,
-    )
+    print(f"[{spec['run_id']}] {summary_line(summary, list_checkpoints(run_dir)[-1])}", flush=True)
     return summary
+
+
+def summary_line(summary: dict, last_checkpoint: dict) -> str:
+    """The log's last line: what the run reached, its final losses and this session's speed."""
+    train_loss, speed = summary["final_train_loss"], summary["tokens_per_second_this_session"]
+    return (
+        f"done: {summary['steps']} steps, {summary['tokens'] / 1e6:.2f}M tokens"
+        f" | final train loss {'n/a' if train_loss is None else f'{train_loss:.4f}'}"
+        f", val loss {last_checkpoint['val_loss']:.4f}"
+        f" | {summary['seconds_this_session']:.0f} s this session"
+        + ("" if speed is None else f" at {speed / 1e3:.1f}k tok/s")
+    )
 
 
 def _truncate_loss_log(path: Path, step: int) -> None:
