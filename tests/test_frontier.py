@@ -364,3 +364,8 @@ def test_frontier_figure_handles_a_grid_where_nothing_emerged(tmp_path):
     cells = cells_where(lambda f, r, s: False)
     paths = plot_frontier(cells, pareto_frontier(cells), tmp_path / "none")
     assert all(p.stat().st_size > 1000 for p in paths)
+    assert [format_tokens(t, digits=3) for t in (1_234_567, 999_999, 25_040)] == [
+        "1.23M",
+        "1M",
+        "25k",
+    ]

@@ -7,21 +7,24 @@ once; then:
   and starts no training or probe job;
 - every aggregate and per-run figure folder has a provenance.json with the config hash, the
   code version and the run ids;
-- ``snakemake --report report.html`` embeds every figure; a real headless browser (Debian's
-  chromium) decodes every embedded figure and renders the report's front page to a screenshot.
+- ``snakemake --report`` as one HTML file and as a zip holds every figure and table;
+- in a real headless browser (Debian's chromium, driven by ``browser.py``) a click through the
+  report's menus reaches every result: each figure decodes, each table renders its rows, and the
+  front page states the study.
 """
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 import shutil
-import subprocess
+import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from browser import CHROMIUM, Chromium
+from ihsweep.aggregate import FIGURES as NATURAL_FIGURES
 from test_workflow import job_stats, logs_of, snakemake
 
 pytestmark = pytest.mark.slow
@@ -47,7 +50,16 @@ checkpoints: {tokens: [5000, 10000, 20000]}
 FIGURE_DIRS = ["results/natural/figures", "results/markov/figures"]
 RUNS = ["kjv/tiny/B4-C16-s0", "kjv/tiny/B8-C16-s0"]
 MARKOV_RUNS = ["semi-f0.3-r0.5/tiny/B8-C32-s0", "semi-f0.5-r0.5/tiny/B8-C32-s0"]
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+# Every result in the report: figures (None), and tables with their number of rows.
+RESULTS = {
+    **{f"results/natural/figures/{fig}.png": None for fig in NATURAL_FIGURES},
+    "results/markov/figures/frontier-semi-tiny-B8-C32.png": None,
+    "results/markov/figures/generator.png": None,
+    **{f"results/runs/{run}/figures/run.png": None for run in RUNS + MARKOV_RUNS},
+    "results/natural/emergence.html": len(RUNS),
+    "results/natural/lawfit.html": 7,  # a, b, log10 T, c, r, leave-one-out error, n runs
+    "results/markov/emergence.html": len(MARKOV_RUNS),
+}
 
 
 @pytest.fixture(scope="module")
@@ -99,57 +111,110 @@ def test_every_output_folder_records_its_provenance(study):
     assert "figures/law_fit.png" in natural["outputs"]
 
 
-def embedded_figures(html: str) -> dict[str, bytes]:
-    found = re.findall(
-        r"data:image/png;charset=utf8;filename=([^;]+);base64,([A-Za-z0-9+/=]+)", html
+@pytest.fixture(scope="module")
+def reports(study) -> dict[str, Path]:
+    """The report both ways: one self-contained HTML file, and a zip (unpacked here)."""
+    html, archive = study.dir / "report.html", study.dir / "report.zip"
+    for path in (html, archive):
+        built = snakemake(study.dir, "--report", str(path))
+        assert built.rc == 0, built.out[-4000:]
+    unpacked = study.dir / "report-zip"
+    zipfile.ZipFile(archive).extractall(unpacked)
+    return {"html": html, "zip": unpacked / "report" / "report.html"}
+
+
+def test_report_html_embeds_every_figure_and_table(reports):
+    html = reports["html"].read_text()
+    embedded = re.findall(r"data:(image/png|text/html);charset=utf8;filename=([^;]+);", html)
+    assert sorted(name for _, name in embedded) == sorted(Path(p).name for p in RESULTS)
+    for label in ("1. When: batch size, context size, model size", "Runs", "C", "seed"):
+        assert label in html
+
+
+def test_report_zip_holds_every_result_as_a_file(study, reports):
+    folder = reports["zip"].parent
+    names = sorted(p.name for p in folder.rglob("*") if p.is_file() and p != reports["zip"])
+    assert names == sorted(Path(p).name for p in RESULTS)
+    law_fit = next(folder.rglob("law_fit.png")).read_bytes()
+    assert law_fit == (study.dir / "results/natural/figures/law_fit.png").read_bytes()
+
+
+# The report is a React app: the menu lists categories, a category its subcategories, a
+# subcategory a table of results (one row per label combination, an optional two-value toggle);
+# a row's eye button shows the result: an <img> for a figure, an <iframe> for an HTML page.
+MENU_LINK = "[...document.querySelectorAll('nav a')].find(a => a.innerText.trim() === {!r})"
+ROWS = "document.querySelectorAll('nav table tbody tr')"
+READY = "typeof app !== 'undefined' && document.querySelector('nav a') !== null"
+IMAGE_SHOWN = (
+    "(() => {{ const img = [...document.images].find(i => !i.closest('nav')"
+    " && i.getAttribute('src') === results[{path!r}].data_uri);"
+    " return img && img.complete && img.naturalWidth > 0 && [img.naturalWidth, img.naturalHeight];"
+    " }})()"
+)
+FRAME_SHOWN = (
+    "[...document.querySelectorAll('iframe')]"
+    ".some(f => f.getAttribute('src') === results[{path!r}].data_uri)"
+)
+TABLE_ROWS = "document.readyState === 'complete' && document.querySelectorAll('tbody tr').length"
+
+
+def click_through(page, url: str) -> dict[str, object]:
+    """Click every category, subcategory, toggle value and result's view button, as a reader
+    would; returns what was shown for each result: an image's size or an HTML table's row count.
+    """
+    shown = {}
+    tree = page.evaluate(
+        "Object.fromEntries(Object.entries(categories).map(([c, s]) => [c, Object.keys(s)]))"
     )
-    return {f"{i}-{name}": base64.b64decode(data) for i, (name, data) in enumerate(found)}
+    for category, subcategories in tree.items():
+        for subcategory in subcategories:
+            page.goto(url)  # back to the menu
+            page.wait_for(READY)
+            page.click(MENU_LINK.format(category))
+            if len(subcategories) > 1:
+                page.click(MENU_LINK.format(subcategory))
+            page.wait_for(ROWS + ".length")
+            toggles = page.evaluate("document.querySelectorAll('nav fieldset label').length")
+            for toggle in range(toggles) or [None]:
+                if toggle is not None:
+                    page.click(f"document.querySelectorAll('nav fieldset label')[{toggle}]")
+                for row in range(page.evaluate(ROWS + ".length")):
+                    before = page.evaluate("String(app.state.renderTrigger)")
+                    page.click(f"{ROWS}[{row}].querySelector('td:last-child a')")
+                    page.wait_for(f"String(app.state.renderTrigger) !== {before!r}")
+                    path = page.evaluate("app.state.resultPath")
+                    if page.evaluate("app.state.content") == "img":
+                        shown[path] = page.wait_for(IMAGE_SHOWN.format(path=path))
+                    else:
+                        page.wait_for(FRAME_SHOWN.format(path=path))
+                        shown[path] = page.wait_for(TABLE_ROWS, context=page.child_frame_context())
+    return shown
 
 
 @pytest.mark.skipif(
     CHROMIUM is None, reason="no chromium (apt-get install chromium, as .ci/run does)"
 )
-def test_report_embeds_every_figure_and_renders_in_a_browser(study, tmp_path):
-    report = study.dir / "report.html"
-    built = snakemake(study.dir, "--report", str(report))
-    assert built.rc == 0, built.out[-4000:]
-    html = report.read_text()
-    figures = embedded_figures(html)
-    # 4 natural figures, the frontier and generator figures, one figure per run (4 runs).
-    assert len(figures) == 4 + 2 + 4
-    for label in ("1. When: batch size, context size, model size", "Runs", "C", "seed"):
-        assert label in html
+@pytest.mark.parametrize("kind", ["html", "zip"])
+def test_clicking_through_the_report_shows_every_figure_and_table(reports, kind, tmp_path):
+    url = reports[kind].as_uri()
+    with Chromium() as browser:
+        page = browser.open(url)
+        page.wait_for(READY)
+        front = page.evaluate("document.body.innerText")  # the study, from the config
+        assert "This study." in front and "Emergence rule." in front and "lawfit.html" in front
+        page.screenshot(tmp_path / "front.png")
+        results = page.evaluate("results")
+        shown = click_through(page, url)
 
-    # The browser decodes every embedded figure: a page loads each one as an <img>.
-    images = "".join(
-        f'<img src="data:image/png;base64,{base64.b64encode(data).decode()}">'
-        for data in figures.values()
-    )
-    probe = tmp_path / "probe.html"
-    probe.write_text(
-        f"<html><body>{images}<script>"
-        "window.onload = () => { const imgs = [...document.images];"
-        " const ok = imgs.filter(i => i.complete && i.naturalWidth > 0).length;"
-        " document.body.setAttribute('data-loaded', ok + '/' + imgs.length); };"
-        "</script></body></html>"
-    )
-    dom = browser("--dump-dom", probe)
-    assert f'data-loaded="{len(figures)}/{len(figures)}"' in dom
+    assert sorted(shown) == sorted(RESULTS)  # every result, reached through the menus
+    for path, what in shown.items():
+        assert results[path]["caption"].strip(), f"{path}: no caption"
+        if path.endswith(".png"):
+            assert what[0] >= 600 and what[1] >= 300, (path, what)  # a decoded figure
+        else:
+            assert what == RESULTS[path], path  # a rendered table, one row per run or quantity
 
-    # And renders the report itself: a screenshot of its front page that is not blank.
-    shot = tmp_path / "report.png"
-    browser(f"--screenshot={shot}", report)
     from matplotlib.image import imread
 
-    pixels = imread(shot)
-    assert pixels.shape[0] >= 800 and pixels.std() > 0.05  # text and a graph, not a blank page
-
-
-def browser(action: str, page: Path) -> str:
-    proc = subprocess.run(
-        [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-         "--window-size=1400,1000", "--virtual-time-budget=5000", action, page.as_uri()],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc.stdout
+    pixels = imread(tmp_path / "front.png")
+    assert pixels.shape[:2] == (1000, 1400) and pixels.std() > 0.05  # text and a graph

@@ -10,7 +10,7 @@ model-size test (``ihsweep.lawfit``) and draws the three figures (``ihsweep.figu
 
 Outputs: the emergence table (CSV, one row per run), the fit (JSON, indent 2, sorted keys, no
 NaN), and run_curves, emergence_vs_BC, law_fit and model_size, each as PNG and PDF, in the figures
-folder.
+folder; optionally the fit as a table (CSV) and both tables as HTML pages for the report.
 ``provenance.json`` beside the emergence table records the config hash, the code version and
 the run ids (``ihsweep.provenance``). Everything is deterministic for fixed inputs and seed.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ihsweep import figures
+from ihsweep import figures, report_tables
 from ihsweep.emergence import METHODS, METRICS, emergence_table
 from ihsweep.io import atomic_path, write_json
 from ihsweep.lawfit import fit_law
@@ -76,6 +76,10 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--fit-table", type=Path, help="output: the fit's parameters as a table (CSV)"
     )
     parser.add_argument(
+        "--emergence-html", type=Path, help="output: the emergence table as an HTML page"
+    )
+    parser.add_argument("--fit-html", type=Path, help="output: the fit table as an HTML page")
+    parser.add_argument(
         "--config-sha256", help="hash of the study config, recorded in provenance.json"
     )
     parser.add_argument(
@@ -100,13 +104,20 @@ def main(argv=None) -> int:
     if args.fit_table:
         with atomic_path(args.fit_table) as tmp:
             fit_table(fit).to_csv(tmp, index=False)
+    if args.emergence_html:
+        report_tables.write_page(
+            args.emergence_html, report_tables.natural_emergence(emergence, args.metric)
+        )
+    if args.fit_html:
+        report_tables.write_page(args.fit_html, report_tables.law_fit(fit_table(fit)))
 
     args.figures.mkdir(parents=True, exist_ok=True)
     figures.plot_run_curves(model_table, emergence, args.figures / "run_curves")
     figures.plot_emergence_vs_BC(emergence, args.figures / "emergence_vs_BC")
     figures.plot_law_fit(emergence, fit, args.figures / "law_fit")
     figures.plot_model_size(emergence, fit, args.figures / "model_size")
-    outputs = [args.emergence, args.fit, args.fit_table, *sorted(args.figures.iterdir())]
+    outputs = [args.emergence, args.fit, args.fit_table, args.emergence_html, args.fit_html]
+    outputs += sorted(args.figures.iterdir())
     write_provenance(
         args.emergence.parent,
         args.config_sha256,

@@ -256,11 +256,11 @@ def marginal_rank(name: str) -> int:
     return MARGINAL_ORDER.index(name) if name in MARGINAL_ORDER else len(MARGINAL_ORDER)
 
 
-def format_tokens(tokens: float) -> str:
-    """Token count to two significant figures with a k / M / B suffix: 1234567 -> "1.2M"."""
+def format_tokens(tokens: float, digits: int = 2) -> str:
+    """Token count to ``digits`` significant figures with a k / M / B suffix: 1234567 -> "1.2M"."""
     if not np.isfinite(tokens):
         return "none"
-    rounded = float(f"{tokens:.2g}")  # round first, so 999,999 reads "1M", not "1e+03k"
+    rounded = float(f"{tokens:.{digits}g}")  # round first: 999,999 reads "1M", not "1e+03k"
     for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
         if rounded >= scale:
             return f"{rounded / scale:g}{suffix}"

@@ -9,7 +9,7 @@ chain's properties and the generator's measured statistics, and writes::
         --out results/markov
 
 - ``emergence.csv``: one row per run, the emergence columns of ``emergence.TABLE_COLUMNS``
-  plus ``RUN_EXTRA`` (below);
+  plus ``RUN_EXTRA`` (below); ``emergence.html``: the same runs as a page for the report;
 - ``cells.csv``: one row per (f, r) cell of each setting, i.e. of each (grid, model, B, C):
   ``SETTING_KEYS`` then the ``frontier.cell_outcomes`` columns (seeds pool within a cell);
 - ``frontier.json``: per setting with more than one cell, keyed ``setting_name``, the frontier
@@ -41,6 +41,7 @@ from ihsweep.data.chunks import CHUNKS_JSON
 from ihsweep.emergence import METHODS, METRICS, emergence_table
 from ihsweep.io import atomic_path, json_arg, write_json
 from ihsweep.provenance import write_provenance
+from ihsweep.report_tables import markov_emergence, write_page
 
 RUN_EXTRA = {
     "grid": "the config entry the dataset is a cell of (it also names the chain)",
@@ -163,6 +164,7 @@ def main(argv=None) -> int:
     for name, table in (("emergence", runs), ("cells", cells), ("generator", generator)):
         with atomic_path(out / f"{name}.csv") as tmp:
             table.to_csv(tmp, index=False)
+    write_page(out / "emergence.html", markov_emergence(runs, args.metric))
 
     fronts = {}
     for key, table in cells.groupby(SETTING_KEYS, sort=True):

@@ -18,17 +18,22 @@ rule aggregate_natural:
     input:
         natural_model_tables(),
     output:
-        emergence=report(
-            "results/natural/emergence.csv",
+        emergence="results/natural/emergence.csv",
+        fit="results/natural/lawfit.json",
+        fit_table="results/natural/lawfit.csv",
+        # The report shows HTML in a frame but a CSV only as a download: the tables as pages.
+        emergence_html=report(
+            "results/natural/emergence.html",
             caption="../report/natural_emergence.rst",
             category=EXPERIMENT_1,
+            subcategory="Tables",
             labels={"table": "emergence per run"},
         ),
-        fit="results/natural/lawfit.json",
-        fit_table=report(
-            "results/natural/lawfit.csv",
+        fit_html=report(
+            "results/natural/lawfit.html",
             caption="../report/lawfit.rst",
             category=EXPERIMENT_1,
+            subcategory="Tables",
             labels={"table": "law fit"},
         ),
         figures=[
@@ -36,6 +41,7 @@ rule aggregate_natural:
                 f"results/natural/figures/{fig}.png",
                 caption=f"../report/{fig}.rst",
                 category=EXPERIMENT_1,
+                subcategory="Figures",
                 labels={"figure": fig.replace("_", " ")},
             )
             for fig in NATURAL_FIGURES
@@ -58,6 +64,7 @@ rule aggregate_natural:
         " --method {params.method} --min-rise {params.min_rise}"
         " --bootstrap {params.bootstrap} --seed {params.seed}"
         " --emergence {output.emergence} --fit {output.fit} --fit-table {output.fit_table}"
+        " --emergence-html {output.emergence_html} --fit-html {output.fit_html}"
         " --figures results/natural/figures --config-sha256 {params.config_sha256}"
         " > {log} 2>&1"
 
@@ -67,19 +74,23 @@ rule aggregate_markov:
         tables=markov_model_tables(),
         chunks=markov_chunk_metas(),
     output:
-        emergence=report(
-            "results/markov/emergence.csv",
+        tables=expand(
+            "results/markov/{table}.csv", table=["emergence", "cells", "generator"]
+        ),
+        emergence_html=report(
+            "results/markov/emergence.html",
             caption="../report/markov_emergence.rst",
             category=EXPERIMENTS_2_3,
+            subcategory="Tables",
             labels={"table": "emergence per Markov run"},
         ),
-        tables=expand("results/markov/{table}.csv", table=["cells", "generator"]),
         frontier="results/markov/frontier.json",
         figures=[
             report(
                 f"results/markov/figures/{fig}.png",
                 caption=f"../report/{fig.split('-')[0]}.rst",
                 category=EXPERIMENTS_2_3,
+                subcategory="Figures",
                 labels={"figure": fig},
             )
             for fig in markov_figures()

@@ -115,6 +115,8 @@ def natural_outputs():
         "results/natural/emergence.csv",
         "results/natural/lawfit.json",
         "results/natural/lawfit.csv",
+        "results/natural/emergence.html",
+        "results/natural/lawfit.html",
         "results/natural/provenance.json",
         *expand(
             "results/natural/figures/{fig}.{ext}",
@@ -175,6 +177,7 @@ def markov_outputs():
         *expand(
             "results/markov/{table}.csv", table=["emergence", "cells", "generator"]
         ),
+        "results/markov/emergence.html",
         "results/markov/frontier.json",
         "results/markov/provenance.json",
         *expand(
