@@ -407,10 +407,10 @@ def test_changed_execution_settings_keep_the_state(tmp_path, data_dir, capsys):
     run_dir, ref_dir = tmp_path / "run", tmp_path / "ref"
     train(spec, data_dir, run_dir, stop_after_step=30)
     capsys.readouterr()
-    # device and threads say how a run executes, not what it is: they are not in the spec.
-    assert not {"device", "threads"} & set(spec["training"])
+    # device, threads and the progress interval say how a run executes, not what it is.
+    assert not {"device", "threads", "progress_seconds"} & set(spec["training"])
     moved = copy.deepcopy(spec)
-    moved["training"].update(log_every=7, progress_seconds=0)
+    moved["training"].update(log_every=7)
     assert spec_hash(moved) == spec_hash(spec)
     train(moved, data_dir, run_dir, stop_after_step=40)
     out = capsys.readouterr().out
@@ -453,8 +453,8 @@ def test_training_log_has_progress_lines_and_ends_with_a_summary(tmp_path, data_
     )
     logs = {}
     for seconds in (0, 1e9):
-        spec = make_spec(steps=30, every=10, progress_seconds=seconds)
-        train(spec, data_dir, tmp_path / str(seconds))
+        spec = make_spec(steps=30, every=10)
+        train(spec, data_dir, tmp_path / str(seconds), progress_seconds=seconds)
         out = capsys.readouterr().out.splitlines()
         steps = [int(m["step"]) for m in map(line.fullmatch, out) if m]
         assert steps == (list(range(1, 31)) if seconds == 0 else [30])

@@ -32,7 +32,7 @@ from jsonschema import Draft202012Validator, ValidationError, validators
 GPT2_VOCAB_SIZE = 50257
 RUN_FIELDS = ("data", "model", "batch_size", "context_size", "seed")
 RUNS_DIR = "results/runs"
-EXECUTION_SETTINGS = ("device", "threads")
+EXECUTION_SETTINGS = ("device", "threads", "progress_seconds")
 # The same layout as Run.dir, in Snakemake wildcards (see Run.from_wildcards).
 RUN_DIR_PATTERN = RUNS_DIR + "/{data}/{model}/B{batch}-C{ctx}-s{seed}"
 

@@ -82,8 +82,8 @@ def pick_device(name: str) -> torch.device:
 
 
 # Logging cadence changes what is written, not what is computed: changing it keeps the state.
-# (Device and threads are not in the spec at all; they are command-line flags.)
-EXECUTION_KEYS = ("log_every", "progress_seconds")
+# (Device, threads and the progress interval are not in the spec at all: command-line flags.)
+EXECUTION_KEYS = ("log_every",)
 
 
 def spec_hash(spec: dict) -> str:
@@ -164,6 +164,7 @@ def train(
     device: str = "auto",
     threads: int = 1,
     stop_after_step: int | None = None,
+    progress_seconds: float = 15.0,
 ) -> dict:
     """Run (or resume) one training run; returns the summary written to ``run.json``."""
     run_dir, tcfg = Path(run_dir), spec["training"]
@@ -257,7 +258,7 @@ def train(
     flops_per_token = count_flops_per_token(cfg, C)
     model.train()
     t0, step0 = time.perf_counter(), step
-    progress = Progress(tcfg["progress_seconds"], step)
+    progress = Progress(progress_seconds, step)
     while step < total_steps:
         lr = lr_at(step, total_steps, tcfg["lr"], tcfg["warmup_fraction"])
         for group in optim.param_groups:
@@ -346,6 +347,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N")
     p.add_argument("--threads", type=int, default=1, help="torch threads on the CPU")
     p.add_argument(
+        "--progress-seconds",
+        type=float,
+        default=15.0,
+        help="seconds of wall time between progress lines (0: every update)",
+    )
+    p.add_argument(
         "--stop-after-step",
         type=int,
         default=None,
@@ -353,7 +360,15 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = p.parse_args(argv)
     spec = json.loads(args.spec)
-    train(spec, args.data_dir, args.run_dir, args.device, args.threads, args.stop_after_step)
+    train(
+        spec,
+        args.data_dir,
+        args.run_dir,
+        args.device,
+        args.threads,
+        args.stop_after_step,
+        args.progress_seconds,
+    )
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 # Training: one job per (data, model, batch size, context size, seed). The declared output is
 # the completion marker run.json; checkpoints and resume state live beside it, undeclared, so
 # that Snakemake never deletes them before a retry and a killed job resumes where it stopped.
-# Device and threads are a resource and the thread count, not `params`: changing where a run
-# executes never retrains it. gpu, gpu_model, mem_mb and runtime are what a cluster job asks for
+# Device, threads and the progress interval are resources and the thread count, not `params`:
+# changing how a run executes or logs never retrains it. gpu, gpu_model, mem_mb and runtime are what a cluster job asks for
 # (config `resources`); a local run ignores them.
 
 
@@ -18,6 +18,7 @@ rule train:
     threads: config["training"]["threads"]
     resources:
         device=config["training"]["device"],
+        progress_seconds=config["training"]["progress_seconds"],
         gpu=config["resources"]["gpu"],
         gpu_model=config["resources"]["gpu_model"] or "",
         mem_mb=config["resources"]["train_mem_mb"],
@@ -29,4 +30,5 @@ rule train:
     shell:
         "python -m ihsweep.train --spec {params.spec:q} --data-dir {params.data_dir}"
         " --run-dir {params.run_dir} --device {resources.device} --threads {threads}"
+        " --progress-seconds {resources.progress_seconds}"
         " >> {log} 2>&1"
