@@ -37,7 +37,7 @@ table { border-collapse: collapse; }
 th, td { padding: 3px 10px; border-bottom: 1px solid #e2e8f0; white-space: nowrap; }
 th { text-align: left; background: #f1f5f9; position: sticky; top: 0; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
-td.note { white-space: normal; color: #64748b; }
+td.note { white-space: normal; min-width: 24em; color: #64748b; }
 tr.no td { color: #94a3b8; }
 """
 
