@@ -72,7 +72,9 @@ def study(tmp_path_factory) -> SimpleNamespace:
 
 
 def figure_files(workdir: Path) -> dict[str, bytes]:
+    """Every figure, and the tables' HTML pages, by path."""
     paths = [p for d in FIGURE_DIRS for p in (workdir / d).iterdir()]
+    paths += [workdir / p for p in RESULTS if p.endswith(".html")]
     paths += [
         p
         for run in RUNS + MARKOV_RUNS
@@ -83,7 +85,7 @@ def figure_files(workdir: Path) -> dict[str, bytes]:
 
 def test_figures_target_rebuilds_byte_identical_files_without_training(study):
     before = figure_files(study.dir)
-    assert len(before) == 2 * (4 + 2 + 4)  # natural, Markov, per run; PNG and PDF each
+    assert len(before) == 2 * (4 + 2 + 4) + 3  # natural, Markov, per run as PNG and PDF; tables
     for folder in FIGURE_DIRS:
         shutil.rmtree(study.dir / folder)
     for run in RUNS + MARKOV_RUNS:
