@@ -2,7 +2,7 @@
 
 One module-scoped fixture runs the study once (about 1.5 minutes on two busy cores: KJV, a
 512-type BPE, a 2x2 grid of B x C plus one wider model, attention-only d=32 models, 60k tokens
-per run), then runs Snakemake again and dry-runs two config changes, before any test looks. The
+per run), then runs Snakemake again and dry-runs config changes, before any test looks. The
 tests inspect what it left; only the probe-cache test changes the folder, and it runs last.
 """
 
@@ -110,6 +110,9 @@ def study(tmp_path_factory) -> SimpleNamespace:
     override = workdir / "min_rise.yaml"
     override.write_text("emergence: {min_rise: 0.2}\n")
     min_rise_file = snakemake(workdir, "-n", configfiles=(override,))
+    execution = workdir / "execution.yaml"
+    execution.write_text("training: {device: cpu, threads: 2, progress_seconds: 1}\n")
+    execution_file = snakemake(workdir, "-n", configfiles=(execution,))
     assert mtimes(workdir / "results") == after, "a dry run changed results/"
 
     prepared = prepare(yaml.safe_load(CONFIG), SCHEMA)
@@ -121,6 +124,7 @@ def study(tmp_path_factory) -> SimpleNamespace:
         mtimes_before=before,
         mtimes_after=after,
         min_rise_file=min_rise_file,
+        execution_file=execution_file,
     )
 
 
@@ -248,6 +252,12 @@ def test_changing_min_rise_in_a_configfile_reruns_only_aggregates_and_figures(st
     n_runs = len(study.study.runs)
     assert job_stats(run.out) == {"aggregate_natural": 1, "run_figure": n_runs, "all": 1}
     assert re.search(r"params have changed since last execution:\s+aggregate_natural", run.out)
+
+
+def test_changing_only_execution_settings_reruns_nothing(study):
+    run = study.execution_file
+    assert run.rc == 0, run.out[-3000:]
+    assert job_stats(run.out) == {}, run.out[-3000:]
 
 
 def test_deleted_probe_tables_come_back_from_the_cache(study):
