@@ -5,8 +5,9 @@ Every aggregate step writes ``provenance.json`` beside its outputs::
     {"config_sha256": "...", "code_version": "git:3f2c1ab" | "ihsweep 0.1.0",
      "runs": ["kjv-copy/w64/B8-C16-s0", ...], "outputs": ["emergence.csv", ...]}
 
-``config_sha256`` hashes the validated study config (defaults filled in, keys sorted), so two
-result folders with the same hash came from the same study definition. The code version is the
+``config_sha256`` hashes the validated study config (defaults filled in, keys sorted) without
+the execution settings (``study_definition``), so two result folders with the same hash came
+from the same study definition, wherever it ran. The code version is the
 git commit of the checkout the step ran from (with ``-dirty`` for uncommitted changes), or the
 installed package version when there is no git checkout.
 """
@@ -19,13 +20,30 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
+from ihsweep.config import EXECUTION_SETTINGS
 from ihsweep.io import write_json
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
+def study_definition(config: dict) -> dict:
+    """The config without what says where and how a study runs: the training device, threads
+    and progress interval, the cluster ``resources`` and the models' throughput estimates."""
+    study = {k: v for k, v in config.items() if k != "resources"}
+    if "training" in study:
+        training = study["training"].items()
+        study["training"] = {k: v for k, v in training if k not in EXECUTION_SETTINGS}
+    if "models" in study:
+        study["models"] = {
+            name: {k: v for k, v in model.items() if k != "tokens_per_second"}
+            for name, model in study["models"].items()
+        }
+    return study
+
+
 def config_sha256(config: dict) -> str:
-    text = json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
+    """Hash of the study definition: moving a study to a cluster keeps it (and its figures)."""
+    text = json.dumps(study_definition(config), sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
