@@ -9,7 +9,6 @@ also written as HTML, with readable headers and rounded numbers. The CSV files s
 from __future__ import annotations
 
 import html
-import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -43,18 +42,14 @@ tr.no td { color: #94a3b8; }
 
 
 def _number(digits: int) -> Callable[[float], str]:
-    return lambda x: "" if _missing(x) else f"{x:.{digits}g}"
-
-
-def _missing(x) -> bool:
-    return x is None or (isinstance(x, float) and math.isnan(x))
+    return lambda x: "" if pd.isna(x) else f"{x:.{digits}g}"
 
 
 def _tokens_ci(row) -> str:
     if not row["emerged"]:
         return "none"
     lo, hi = row["tokens_lo"], row["tokens_hi"]
-    ci = "" if _missing(lo) else f" [{format_tokens(lo, 3)}, {format_tokens(hi, 3)}]"
+    ci = "" if pd.isna(lo) else f" [{format_tokens(lo, 3)}, {format_tokens(hi, 3)}]"
     return format_tokens(row["tokens_pt"], 3) + ci
 
 
@@ -66,17 +61,21 @@ def _yes_no(x) -> str:
     return "yes" if x else "no"
 
 
+def _not_emerged(row) -> bool:
+    return not row["emerged"]
+
+
 def render(title: str, note: str, columns: dict, table: pd.DataFrame, dim=None) -> str:
     """An HTML page with one table. ``columns`` maps a header to ``(cell function, css class)``;
-    ``dim`` (a boolean Series) greys out rows, e.g. runs without a transition."""
+    ``dim`` (a function of a row) greys out rows, e.g. runs without a transition."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in columns)
     rows = []
-    for i, (_, row) in enumerate(table.iterrows()):
+    for _, row in table.iterrows():
         cells = "".join(
             f'<td class="{css}">{html.escape(str(cell(row)))}</td>'
             for cell, css in columns.values()
         )
-        grey = ' class="no"' if dim is not None and dim.iloc[i] else ""
+        grey = ' class="no"' if dim is not None and dim(row) else ""
         rows.append(f"<tr{grey}>{cells}</tr>")
     body = "\n".join(rows)
     return (
@@ -99,19 +98,19 @@ def natural_emergence(emergence: pd.DataFrame, metric: str) -> str:
         "tokens [95% CI]": (_tokens_ci, "num"),
         "updates": (_updates, "num"),
         f"rise of {metric}": (lambda r: _number(2)(r["rise"]), "num"),
-        "note": (lambda r: "" if _missing(r["reason"]) else r["reason"], "note"),
+        "note": (lambda r: "" if pd.isna(r["reason"]) else r["reason"], "note"),
     }
     note = (
         f"Emergence point of each run: where {metric} rises (and stays up) to the end of the "
         "budget, in tokens with its 95% interval and in optimiser updates. Data: emergence.csv."
     )
     table = emergence.sort_values(["data", "model", "batch_size", "context_size", "seed"])
-    return render("Emergence per run", note, columns, table, ~table["emerged"])
+    return render("Emergence per run", note, columns, table, _not_emerged)
 
 
 def law_fit(table: pd.DataFrame) -> str:
     def ci(row) -> str:
-        if _missing(row["ci_low"]):
+        if pd.isna(row["ci_low"]):
             return ""
         return f"[{row['ci_low']:.3g}, {row['ci_high']:.3g}]"
 
@@ -149,7 +148,7 @@ def markov_emergence(runs: pd.DataFrame, metric: str) -> str:
     )
     keys = ["grid", "frequency", "reliability", "model", "batch_size", "context_size", "seed"]
     table = runs.sort_values(keys)
-    return render("Emergence per Markov run", note, columns, table, ~table["emerged"])
+    return render("Emergence per Markov run", note, columns, table, _not_emerged)
 
 
 def write_page(path: str | Path, page: str) -> None:

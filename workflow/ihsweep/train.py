@@ -257,8 +257,7 @@ def train(
     stop = StopRequested()
     flops_per_token = count_flops_per_token(cfg, C)
     model.train()
-    t0, step0 = time.perf_counter(), step
-    progress = Progress(progress_seconds, step)
+    progress = Progress(progress_seconds, step)  # also times the session for the summary
     while step < total_steps:
         lr = lr_at(step, total_steps, tcfg["lr"], tcfg["warmup_fraction"])
         for group in optim.param_groups:
@@ -297,14 +296,15 @@ def train(
                 sys.exit(EXIT_INTERRUPTED)
             return {}
 
-    elapsed = time.perf_counter() - t0
+    elapsed = time.perf_counter() - progress.start_time
+    step0, checkpoints = progress.start_step, list_checkpoints(run_dir)
     summary = {
         "run_id": spec["run_id"],
         "steps": total_steps,
         "tokens": total_steps * B * C,
         "n_params": model.n_params(),
         "device": str(device),
-        "checkpoints": [m["step"] for m in list_checkpoints(run_dir)],
+        "checkpoints": [m["step"] for m in checkpoints],
         "final_train_loss": float(np.mean(recent[-tcfg["log_every"] :])) if recent else None,
         "seconds_this_session": round(elapsed, 1),
         "tokens_per_second_this_session": round((step - step0) * B * C / elapsed, 1)
@@ -313,7 +313,7 @@ def train(
         "spec_hash": fingerprint,
     }
     write_json(run_dir / "run.json", summary)
-    print(f"[{spec['run_id']}] {summary_line(summary, list_checkpoints(run_dir)[-1])}", flush=True)
+    print(f"[{spec['run_id']}] {summary_line(summary, checkpoints[-1])}", flush=True)
     return summary
 
 
