@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 from ihsweep.config import prepare
-from test_workflow import SCHEMA, job_stats, logs_of, snakemake
+from test_workflow import SCHEMA, job_stats, run_study, snakemake
 
 pytestmark = pytest.mark.slow
 
@@ -56,9 +56,7 @@ TOLERANCE = 0.05
 @pytest.fixture(scope="module")
 def study(tmp_path_factory) -> SimpleNamespace:
     workdir = tmp_path_factory.mktemp("markov")
-    (workdir / "config.yaml").write_text(CONFIG)
-    first = snakemake(workdir)
-    assert first.rc == 0, first.out[-6000:] + logs_of(workdir)
+    first = run_study(workdir, CONFIG)
     prepared = prepare(yaml.safe_load(CONFIG), SCHEMA)
     return SimpleNamespace(dir=workdir, study=prepared, first=first)
 

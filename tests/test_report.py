@@ -25,7 +25,7 @@ from types import SimpleNamespace
 import pytest
 from browser import CHROMIUM, Chromium
 from ihsweep.aggregate import FIGURES as NATURAL_FIGURES
-from test_workflow import job_stats, logs_of, snakemake
+from test_workflow import job_stats, run_study, snakemake
 
 pytestmark = pytest.mark.slow
 
@@ -65,9 +65,7 @@ RESULTS = {
 @pytest.fixture(scope="module")
 def study(tmp_path_factory) -> SimpleNamespace:
     workdir = tmp_path_factory.mktemp("report")
-    (workdir / "config.yaml").write_text(CONFIG)
-    first = snakemake(workdir)
-    assert first.rc == 0, first.out[-6000:] + logs_of(workdir)
+    run_study(workdir, CONFIG)
     return SimpleNamespace(dir=workdir)
 
 

@@ -96,13 +96,18 @@ def logs_of(workdir: Path) -> str:
     return "\n".join(parts)
 
 
+def run_study(workdir: Path, config: str) -> SimpleNamespace:
+    """Write ``config`` as the folder's config.yaml and run it all; a failure shows every log."""
+    (workdir / "config.yaml").write_text(config)
+    result = snakemake(workdir)
+    assert result.rc == 0, result.out[-6000:] + logs_of(workdir)
+    return result
+
+
 @pytest.fixture(scope="module")
 def study(tmp_path_factory) -> SimpleNamespace:
     workdir = tmp_path_factory.mktemp("study")
-    (workdir / "config.yaml").write_text(CONFIG)
-
-    first = snakemake(workdir)
-    assert first.rc == 0, first.out[-6000:] + logs_of(workdir)
+    first = run_study(workdir, CONFIG)
     before = mtimes(workdir / "results")
     second = snakemake(workdir)
     after = mtimes(workdir / "results")
