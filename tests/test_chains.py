@@ -24,7 +24,9 @@ import math
 
 import numpy as np
 import pytest
+from ihsweep.config import ConfigError, complete
 from ihsweep.data import chains
+from ihsweep.steps import chain as chain_step
 
 V, BLOCKS, ITERS = 500, 10, 300
 TOL = {"kl": 1e-3, "entropy": 0.1, "within": 0.05, "within_block": 0.1, "across": 0.03}
@@ -160,9 +162,20 @@ def test_stationary_of_a_periodic_chain(max_iter, method):
 # --- synthetic chains ------------------------------------------------------------------------
 
 
+def synthetic_params(**given) -> dict:
+    """synthetic_chain's arguments: a synthetic chain spec completed by the schema, less kind."""
+    spec = complete("chain", {"kind": "synthetic", **given})
+    assert spec.pop("kind") == "synthetic"
+    return spec
+
+
+def synthetic(**given):
+    return chains.synthetic_chain(**synthetic_params(**given))
+
+
 def test_minus_d_rows_are_identical_and_equal_the_marginal():
     for kind in chains.MARGINALS:
-        P, report = chains.synthetic_chain(V, dependency=False, marginal=kind, n_blocks=BLOCKS)
+        P, report = synthetic(vocab_size=V, dependency=False, marginal=kind, n_blocks=BLOCKS)
         target = chains.target_marginal(V, kind)
         assert (P == target[None, :]).all()
         m = report["measured"]
@@ -173,8 +186,14 @@ def test_minus_d_rows_are_identical_and_equal_the_marginal():
 
 
 def _plus_d(categorial: bool, marginal: str):
-    return chains.synthetic_chain(
-        V, True, categorial, marginal, n_blocks=BLOCKS, iterations=ITERS, seed=0
+    return synthetic(
+        vocab_size=V,
+        dependency=True,
+        categorial=categorial,
+        marginal=marginal,
+        n_blocks=BLOCKS,
+        iterations=ITERS,
+        seed=0,
     )
 
 
@@ -218,9 +237,9 @@ def test_uniform_marginal_keeps_the_categoriality_contrast_when_levels_are_out_o
 
 def test_synthetic_chain_is_deterministic_per_seed():
     kw = {"vocab_size": 60, "n_blocks": 3, "iterations": 15, "marginal": "uniform"}
-    a, _ = chains.synthetic_chain(seed=3, **kw)
-    b, _ = chains.synthetic_chain(seed=3, **kw)
-    c, _ = chains.synthetic_chain(seed=4, **kw)
+    a, _ = synthetic(seed=3, **kw)
+    b, _ = synthetic(seed=3, **kw)
+    c, _ = synthetic(seed=4, **kw)
     assert np.array_equal(a, b)
     assert not np.allclose(a, c)
 
@@ -231,10 +250,37 @@ def test_auto_device_is_cuda_or_cpu():
 
 
 def test_synthetic_spec_rejects_unknown_keys():
-    with pytest.raises(ValueError, match="unknown"):
-        chains.normalise_synthetic_spec({"vocab_sise": 100})
+    # Unknown keys are the schema's to reject now (a typo must not silently use a default).
+    with pytest.raises(ConfigError, match=r"n_blcoks: unknown key.*did you mean 'n_blocks'"):
+        complete("chain", {"kind": "synthetic", "vocab_size": 100, "n_blcoks": 5})
+    with pytest.raises(ConfigError, match="vocab_size"):
+        complete("chain", {"kind": "synthetic", "vocab_sise": 100})
     with pytest.raises(ValueError, match="n_blocks"):
-        chains.synthetic_chain(10, n_blocks=6, iterations=1)
+        synthetic(vocab_size=10, n_blocks=6, iterations=1)
+
+
+def test_synthetic_chain_takes_no_defaults_of_its_own():
+    # The schema is the only home of the defaults: every parameter must be given, by name.
+    params = synthetic_params(vocab_size=20, n_blocks=2, iterations=1)
+    assert params == {
+        "vocab_size": 20,
+        "dependency": True,
+        "categorial": True,
+        "marginal": "zipfian",
+        "n_blocks": 2,
+        "entropy_bits": None,
+        "within_cos": None,
+        "across_cos": 0.1,
+        "iterations": 1,
+        "lr": 0.1,
+        "seed": 0,
+        "weights": None,
+    }
+    with pytest.raises(TypeError):
+        chains.synthetic_chain(20, n_blocks=2, iterations=1)  # positional: refused
+    without_seed = {k: v for k, v in params.items() if k != "seed"}
+    with pytest.raises(TypeError, match="seed"):
+        chains.synthetic_chain(**without_seed)
 
 
 # --- command line ----------------------------------------------------------------------------
@@ -262,21 +308,9 @@ def test_bigram_cli_writes_chain_types_and_sidecar(tmp_path):
     stream = [5, 3, 5, 15, 3, 7, 5, 9, 3, 5, 3, 15]
     tokens = _tokens_dir(tmp_path / "tok", stream)
     out = tmp_path / "chain"
-    assert (
-        chains.main(
-            [
-                "bigram",
-                "--tokens-dir",
-                str(tokens),
-                "--cap",
-                "3",
-                "--out-dir",
-                str(out),
-                "--drop-eot",
-            ]
-        )
-        == 0
-    )
+    spec = {"kind": "bigram", "source": "tok", "vocab_cap": 3, "drop_eot": True}
+    argv = ["--spec", json.dumps(spec), "--source-dir", str(tokens), "--out-dir", str(out)]
+    assert chain_step.main(argv) == 0
     P, pi, meta = chains.load_chain(out)
     expected, types = chains.bigram_chain(np.array(stream), 3, exclude=[15])
     np.testing.assert_array_equal(P, expected)
@@ -294,8 +328,9 @@ def test_synthetic_cli_writes_chain_stationary_and_sidecar(tmp_path):
     spec = {"vocab_size": 40, "n_blocks": 4, "iterations": 10, "marginal": "zipfian", "seed": 1}
     out = tmp_path / "chain"
     # cpu, not auto: the comparison below is bit-exact against a CPU build.
-    argv = ["synthetic", "--spec", json.dumps(spec), "--out-dir", str(out), "--device", "cpu"]
-    assert chains.main(argv) == 0
+    given = json.dumps({"kind": "synthetic", **spec})
+    argv = ["--spec", given, "--out-dir", str(out), "--device", "cpu"]
+    assert chain_step.main(argv) == 0
     P = np.load(out / "chain.npy", allow_pickle=False)
     pi = np.load(out / "stationary.npy", allow_pickle=False)
     meta = json.loads((out / "chain.json").read_text())
@@ -303,7 +338,7 @@ def test_synthetic_cli_writes_chain_stationary_and_sidecar(tmp_path):
     assert meta["format"] == chains.CHAIN_FORMAT and meta["kind"] == "synthetic"
     assert meta["spec"]["vocab_size"] == 40 and meta["spec"]["within_cos"] == 0.4
     assert meta["spec"]["lr"] == 0.1 and meta["spec"]["weights"] == chains.LOSS_WEIGHTS
-    direct, report = chains.synthetic_chain(**chains.normalise_synthetic_spec(spec))
+    direct, report = synthetic(**spec)
     np.testing.assert_array_equal(P, direct)
     assert meta["measured"] == report["measured"]
     assert set(meta) == set(chains.CHAIN_KEYS) | set(chains.SYNTHETIC_KEYS)

@@ -1,15 +1,17 @@
 """Config validation: bad configs fail through the real command line with one clear line.
 
-Each bad case is an override merged into BASE (mappings merge key by key, lists replace: what
-several ``--configfile`` files do), so a case states only what it breaks. BASE mirrors the
-default config.yaml but lives here, so that tuning the default study does not break these tests.
-The expected fragments are the key path and the allowed values or the fix.
+Each bad case is an override merged into the study tests/studies/base.yaml (mappings merge key by
+key, lists replace: what several ``--configfile`` files do), so a case states only what it
+breaks. The expected fragments are the key path and the allowed values or the fix.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
+import math
 import os
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -17,30 +19,26 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import yaml
-from ihsweep.config import ConfigError, Run, checkpoint_steps, prepare
+from conftest import REPO, SCHEMA, job_stats, snakemake, study_text
+from ihsweep import layout
+from ihsweep.config import (
+    MOVED_KEYS,
+    ConfigError,
+    Run,
+    checkpoint_steps,
+    complete,
+    load_schema,
+    prepare,
+    study_definition,
+)
+from ihsweep.data.natural import copy_length_range, draw_copies
+from ihsweep.provenance import config_sha256
 from snakemake.utils import update_config
 
-REPO = Path(__file__).resolve().parents[1]
-SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
-BASE = """
-models:
-  tiny: {n_layer: 2, n_head: 4, d_model: 64, mlp: false, n_ctx: 128}
-  small: {n_layer: 2, n_head: 4, d_model: 96, mlp: false, n_ctx: 128}
-  medium: {n_layer: 2, n_head: 4, d_model: 128, mlp: false, n_ctx: 128}
-datasets:
-  kjv-copy:
-    family: natural
-    corpus: {source: kjv}
-    tokenizer: {kind: bpe, vocab_size: 2048}
-    repetition: {copy_fraction: 1.0, copy_length: [0.25, 0.5]}
-runs:
-  - {data: kjv-copy, model: tiny, batch_size: [8, 16, 32], context_size: [32, 64, 128], seed: 0}
-  - {data: kjv-copy, model: [small, medium], batch_size: 16, context_size: 64}
-training: {tokens: 6000000, lr: 0.001}
-checkpoints: {start: 62500, linear_from: 1000000, every: 250000}
-"""
+BASE = study_text("base")
 RUNS_TINY = "runs: [{data: kjv-copy, model: tiny, batch_size: 8, context_size: %s}]"
 
 # (case id, override YAML, fragments the one-line message must contain)
@@ -124,8 +122,13 @@ CLI_CASES = [
     ),
     (
         "bad-device",
-        "training: {device: gpu}",
-        ["training.device", "'gpu'", "auto", "cuda:N"],
+        "execution: {device: gpu}",
+        ["execution.device", "'gpu'", "auto", "cuda:N"],
+    ),
+    (
+        "moved-training-device",
+        "training: {device: cpu}",
+        ["training.device", "moved to execution.device"],
     ),
 ]
 
@@ -243,6 +246,37 @@ DIRECT_CASES = [
     ),
     ("unknown-family", "datasets: {kjv-copy: {family: mystery}}", ["family", "natural, markov"]),
     ("val-fraction", "datasets: {kjv-copy: {val_fraction: 1.0}}", ["val_fraction", "< 1"]),
+    # Keys that moved to `execution` say where they went (ihsweep.config.MOVED_KEYS).
+    (
+        "moved-training-threads",
+        "training: {threads: 2}",
+        ["training.threads", "moved to execution.threads"],
+    ),
+    (
+        "moved-training-progress_seconds",
+        "training: {progress_seconds: 1}",
+        ["training.progress_seconds", "moved to execution.progress_seconds"],
+    ),
+    (
+        "moved-resources",
+        "resources: {gpu: 0, train_mem_mb: 1000}",
+        ["resources", "moved to execution", "train_mem_mb"],
+    ),
+    (
+        "moved-tokens_per_second",
+        "models: {tiny: {tokens_per_second: 300000}}",
+        ["models.tiny.tokens_per_second", "moved to execution.tokens_per_second"],
+    ),
+    (
+        "bad-execution-key",
+        "execution: {cores: 4}",
+        ["execution.cores", "unknown key in execution", "threads"],
+    ),
+    (
+        "bad-tokens_per_second",
+        "execution: {tokens_per_second: {tiny: -1}}",
+        ["execution.tokens_per_second.tiny", "must be > 0"],
+    ),
 ]
 
 
@@ -252,7 +286,7 @@ def default_config() -> dict:
 
 
 def merged(override: str) -> dict:
-    """BASE with ``override`` merged in the way several ``--configfile`` files merge."""
+    """The base study with ``override`` merged in the way several ``--configfile`` files merge."""
     config = yaml.safe_load(BASE)
     update_config(config, yaml.safe_load(textwrap.dedent(override)))
     return config
@@ -318,7 +352,7 @@ def test_bad_config_fails_on_the_command_line(cli_results, case, fragments):
 def test_bad_config_is_one_line_naming_the_key(override, fragments, monkeypatch):
     monkeypatch.chdir(REPO)  # corpus paths are relative to the working directory
     with pytest.raises(ConfigError) as raised:
-        prepare(merged(override), SCHEMA)
+        prepare(merged(override))
     message = str(raised.value)
     assert "\n" not in message
     for fragment in fragments:
@@ -333,7 +367,7 @@ def test_default_config_passes_on_the_command_line():
 def test_default_config_validates_and_gets_defaults(monkeypatch):
     monkeypatch.chdir(REPO)
     config = default_config()
-    study = prepare(config, SCHEMA)
+    study = prepare(config)
     assert study.config is config  # filled in place, so the Snakefile's config has them
     assert study.runs
     for name, dataset in config["datasets"].items():
@@ -346,13 +380,26 @@ def test_default_config_validates_and_gets_defaults(monkeypatch):
 def test_defaults_are_filled_in(monkeypatch):
     monkeypatch.chdir(REPO)
     config = merged("{}")
-    study = prepare(config, SCHEMA)
+    study = prepare(config)
     assert config["probe"] == {"n_sequences": 100, "max_half_length": 50, "seed": 1234}
     assert config["emergence"] == {"metric": "ps_max", "method": "breakpoint", "min_rise": 0.1}
     assert config["lawfit"] == {"bootstrap": 1000, "seed": 0}
     assert config["training"]["lr"] == 0.001  # given values stay
     assert config["training"]["warmup_fraction"] == 0.01
-    assert config["training"]["device"] == "auto"
+    assert config["execution"] == {
+        "device": "auto",
+        "threads": 1,
+        "progress_seconds": 15,
+        "gpu": 1,
+        "gpu_model": None,
+        "train_mem_mb": 16000,
+        "probe_mem_mb": 8000,
+        "tokens_per_second": 200000,
+        "overhead_minutes": 10,
+        "safety": 1.5,
+        "probe_minutes": 30,
+    }
+    assert not {"device", "threads", "progress_seconds"} & set(config["training"])
     dataset = study.dataset_spec("kjv-copy")
     assert dataset["val_fraction"] == 0.05 and dataset["seed"] == 0
     assert dataset["repetition"]["repeated_bigram_fraction"] is None
@@ -369,7 +416,7 @@ def test_markov_defaults_and_vocabulary(monkeypatch):
     monkeypatch.chdir(REPO)
     config = merged(MARKOV % (0.5, 32))
     config["datasets"]["semi"] = yaml.safe_load(BIGRAM % "kjv-copy")["datasets"]["semi"]
-    study = prepare(config, SCHEMA)
+    study = prepare(config)
     syn = study.dataset_spec("syn")
     assert syn["calibration"] == "exact" and syn["seed"] == 0
     assert syn["chain"]["dependency"] is True and syn["chain"]["marginal"] == "zipfian"
@@ -394,7 +441,7 @@ def test_markov_grid_expands_to_one_dataset_per_cell(monkeypatch):
           - {data: pairs-f0.1-r0.3, model: tiny, batch_size: 8, context_size: 32}
         """
     )
-    study = prepare(config, SCHEMA)
+    study = prepare(config)
     semi = ["semi-f0.1-r0.5", "semi-f0.1-r1", "semi-f0.9-r0.5", "semi-f0.9-r1"]
     assert study.grids == {
         "semi": semi,
@@ -422,7 +469,7 @@ def test_a_runs_entry_can_override_budget_and_learning_rate(monkeypatch):
              training: {tokens: 2000, lr: 0.01}}
         """
     )
-    study = prepare(config, SCHEMA)
+    study = prepare(config)
     plain, longer = study.runs
     assert study.train_spec(plain)["training"]["tokens"] == 1000
     assert study.train_spec(plain)["training"]["lr"] == 0.001
@@ -441,7 +488,7 @@ def test_minimal_dataset_gets_gpt2_tokenizer_and_no_repetition(monkeypatch):
     minimal = {"family": "natural", "corpus": {"source": "kjv"}}
     config["datasets"] = {"text": dict(minimal), "other": dict(minimal)}
     config["runs"] = [{"data": "text", "model": "tiny", "batch_size": 8, "context_size": 32}]
-    study = prepare(config, SCHEMA)
+    study = prepare(config)
     dataset = study.dataset_spec("text")
     assert dataset["tokenizer"] == {"kind": "gpt2"}
     other = study.config["datasets"]["other"]
@@ -460,7 +507,7 @@ def test_checkpoint_schedule_and_steps_hand_checked(monkeypatch):
         runs: [{data: kjv-copy, model: tiny, batch_size: 4, context_size: 16, seed: [0, 1]}]
         """
     )
-    study = prepare(config, SCHEMA)
+    study = prepare(config)
     # Doubling 100, 200 (400 is not below linear_from), then 400, 700, 1000 (lands on budget).
     assert study.checkpoint_tokens == [100, 200, 400, 700, 1000]
     run = study.runs[0]
@@ -478,8 +525,8 @@ def test_checkpoint_schedule_and_steps_hand_checked(monkeypatch):
         "mlp": False,
         "n_ctx": 128,
     }
-    execution = {"device", "threads", "progress_seconds"}  # how a run executes or logs: not in it
-    assert spec["training"] == {k: v for k, v in config["training"].items() if k not in execution}
+    assert spec["training"] == config["training"]  # how a run executes is not in its recipe
+    assert not {"device", "threads", "progress_seconds"} & set(spec["training"])
     assert json.loads(json.dumps(spec)) == spec
 
 
@@ -487,7 +534,7 @@ def test_explicit_checkpoints_are_sorted(monkeypatch):
     monkeypatch.chdir(REPO)
     config = merged("{}")
     config["checkpoints"] = {"tokens": [500000, 62500, 250000]}
-    assert prepare(config, SCHEMA).checkpoint_tokens == [62500, 250000, 500000]
+    assert prepare(config).checkpoint_tokens == [62500, 250000, 500000]
 
 
 def test_explicit_checkpoint_beyond_budget(monkeypatch):
@@ -496,13 +543,13 @@ def test_explicit_checkpoint_beyond_budget(monkeypatch):
     config["checkpoints"] = {"tokens": [100000, 7000000]}
     message = r"^checkpoints.tokens\[1\]: 7000000 is beyond the budget training.tokens = 6000000"
     with pytest.raises(ConfigError, match=message):
-        prepare(config, SCHEMA)
+        prepare(config)
 
 
 def test_mixed_checkpoint_forms_are_explained(monkeypatch):
     monkeypatch.chdir(REPO)
     with pytest.raises(ConfigError, match="either {start, linear_from, every} or {tokens"):
-        prepare(merged("checkpoints: {tokens: [100000]}"), SCHEMA)
+        prepare(merged("checkpoints: {tokens: [100000]}"))
 
 
 def test_step_conversion_edges():
@@ -514,7 +561,10 @@ def test_step_conversion_edges():
 def test_run_id_and_dir_round_trip_through_wildcards():
     run = Run(data="kjv-copy", model="tiny", batch_size=16, context_size=64, seed=3)
     assert run.id == "kjv-copy/tiny/B16-C64-s3"
-    assert run.dir == "results/runs/kjv-copy/tiny/B16-C64-s3"
+    assert layout.run_dir(run) == "results/runs/kjv-copy/tiny/B16-C64-s3"
+    assert layout.run_dir().format(data="kjv-copy", model="tiny", batch=16, ctx=64, seed=3) == (
+        layout.run_dir(run)
+    )
     wildcards = {"data": "kjv-copy", "model": "tiny", "batch": "16", "ctx": "64", "seed": "3"}
     assert Run.from_wildcards(wildcards) == run
     assert Run.from_wildcards(SimpleNamespace(**wildcards)) == run
@@ -524,7 +574,7 @@ def test_missing_required_key():
     config = merged("{}")
     del config["training"]["tokens"]
     with pytest.raises(ConfigError, match=r"^training: missing required key 'tokens'$"):
-        prepare(config, SCHEMA)
+        prepare(config)
 
 
 def test_every_schema_key_is_described():
@@ -546,3 +596,246 @@ def test_every_schema_key_is_described():
 
     walk(schema, "schema")
     assert missing == []
+
+
+def test_every_moved_key_is_a_case():
+    """Each key that moved to `execution` has a case above that checks where it says it went."""
+    fragments = [f for case in CLI_CASES + DIRECT_CASES for f in case[2]]
+    for key in MOVED_KEYS:
+        assert any(f == key or f.endswith(f".{key}") for f in fragments), key
+    assert any("moved to execution" in f for c in CLI_CASES for f in c[2])  # and on the CLI
+
+
+# --------------------------------------------------------------------------------------------
+# copy_length: validation uses the chunk step's own rounding (ihsweep.data.natural)
+
+
+def accepted_by_chunk_step(copy_length: list[float], context: int) -> bool:
+    try:
+        copy_length_range(copy_length, context)
+    except ValueError:
+        return False
+    return True
+
+
+def with_copy_length(hi: float, context: int) -> dict:
+    config = merged(RUNS_TINY % context)
+    config["datasets"]["kjv-copy"]["repetition"]["copy_length"] = [0.25, hi]
+    return config
+
+
+COPY_HIS = [0.3, 0.45, 0.48, 0.49, 0.5, 0.51, 0.515, 0.52, 0.53, 0.55, 0.6]
+
+
+@pytest.mark.parametrize("context", [8, 16, 17, 32, 33, 63, 64, 100, 128])
+def test_copy_length_passes_validation_exactly_when_the_chunk_step_accepts_it(context):
+    for hi in COPY_HIS:
+        config = with_copy_length(hi, context)
+        if accepted_by_chunk_step([0.25, hi], context):
+            prepare(config)
+            continue
+        with pytest.raises(ConfigError) as raised:
+            prepare(config)
+        message = str(raised.value)
+        assert message.startswith("datasets.kjv-copy.repetition.copy_length: "), message
+        assert f"C = {context}" in message and "runs[0]" in message, message
+
+
+def test_copy_length_the_old_rule_refused_now_passes():
+    """At C = 32, hi = 0.51 gives round(16.32) = 16 tokens: a copy and its source fill 32
+    positions, which the chunk step accepts; the old check, 2 * ceil(hi * C) = 34 > 32, refused
+    it. The grid above holds such a disagreement, so it tells the two rules apart."""
+    assert accepted_by_chunk_step([0.25, 0.51], 32)
+    study = prepare(with_copy_length(0.51, 32))
+    assert study.runs == [Run("kjv-copy", "tiny", 8, 32, 0)]
+    old_rule = [
+        (hi, C)
+        for C in (8, 16, 17, 32, 33, 63, 64, 100, 128)
+        for hi in COPY_HIS
+        if accepted_by_chunk_step([0.25, hi], C) != (2 * math.ceil(hi * C) <= C)
+    ]
+    assert (0.51, 32) in old_rule
+
+    # What the chunk step draws with it: every copy and its source fit in the context.
+    rows = draw_copies(500, 32, 1.0, [0.25, 0.51], np.random.default_rng(0))
+    length, a, b = rows.T
+    assert length.max() == 16 and (b >= a + length).all() and (b + length <= 32).all()
+
+
+def test_copy_length_one_token_too_long_is_refused_with_the_steps_numbers():
+    with pytest.raises(ConfigError) as raised:
+        prepare(with_copy_length(0.52, 32))
+    assert str(raised.value) == (
+        "datasets.kjv-copy.repetition.copy_length: hi = 0.52 is too long for C = 32: a copy of "
+        "round(hi*C) = 17 tokens and its source need 34 > 32 positions; make hi <= 0.5 (runs[0])"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# One home per default: the schema's emergence defaults reach every aggregate command
+
+
+def schema_defaults(section: str) -> dict:
+    properties = load_schema()["properties"][section]["properties"]
+    return {key: sub["default"] for key, sub in properties.items()}
+
+
+def test_emergence_defaults_are_the_schemas():
+    defaults = schema_defaults("emergence")
+    assert defaults == {"metric": "ps_max", "method": "breakpoint", "min_rise": 0.1}
+    assert complete("emergence", {}) == complete("emergence") == defaults
+    assert complete("emergence", {"min_rise": 0.2}) == {**defaults, "min_rise": 0.2}
+    assert prepare(merged("{}")).config["emergence"] == defaults
+    assert complete("lawfit", {}) == schema_defaults("lawfit")
+
+
+class SpecSeen(Exception):
+    """Raised once a step has completed its emergence spec: nothing after it needs to run."""
+
+
+# Each command that finds emergence points, with its other required arguments.
+AGGREGATE_COMMANDS = {
+    "run_figure": ["--probes", "probes", "--out", "figures/run"],
+    "aggregate_natural": ["--model-tables", "model.parquet"],
+    "aggregate_markov": ["--model-tables", "model.parquet", "--datasets", "{}"],
+}
+
+
+@pytest.mark.parametrize("step", sorted(AGGREGATE_COMMANDS))
+@pytest.mark.parametrize(
+    "given, expected",
+    [(None, {}), ('{"min_rise": 0.2}', {"min_rise": 0.2}), ("{}", {})],
+    ids=["absent", "partial", "empty"],
+)
+def test_every_aggregate_command_completes_emergence_from_the_schema(
+    step, given, expected, monkeypatch
+):
+    module = importlib.import_module(f"ihsweep.steps.{step}")
+    seen = {}
+
+    def recording(where, instance=None, *args):
+        spec = complete(where, instance, *args)
+        seen[where] = spec
+        if where == "emergence":
+            raise SpecSeen
+        return spec
+
+    monkeypatch.setattr(module, "complete", recording)
+    argv = AGGREGATE_COMMANDS[step] + ([] if given is None else ["--emergence", given])
+    with pytest.raises(SpecSeen):
+        module.main(argv)
+    assert seen["emergence"] == {**schema_defaults("emergence"), **expected}
+
+
+def shell_commands(output: str, step: str) -> list[list[str]]:
+    """The arguments of every ``python -m ihsweep.steps.<step>`` command a dry run printed."""
+    prefix = f"python -m ihsweep.steps.{step} "
+    lines = [line for line in output.splitlines() if prefix in line]
+    return [shlex.split(line.split(prefix, 1)[1].split(" > ")[0]) for line in lines]
+
+
+def flag(args: list[str], name: str) -> str:
+    return args[args.index(name) + 1]
+
+
+def test_the_rules_pass_whole_sections_to_the_aggregate_commands(tmp_path):
+    """A partial `emergence` in the study reaches every command complete, as prepare filled it."""
+    (tmp_path / "config.yaml").write_text(study_text("report"))
+    override = tmp_path / "override.yaml"
+    override.write_text("emergence: {min_rise: 0.2}\nlawfit: {bootstrap: 7}\n")
+    dry = snakemake(tmp_path, "-n", "-p", configfiles=(override,))
+    assert dry.rc == 0, dry.out[-3000:]
+    emergence = {**schema_defaults("emergence"), "min_rise": 0.2}
+    lawfit = {**schema_defaults("lawfit"), "bootstrap": 7}
+    counts = job_stats(dry.out)
+    commands = {step: shell_commands(dry.out, step) for step in AGGREGATE_COMMANDS}
+    assert {step: len(c) for step, c in commands.items()} == {
+        step: counts[step] for step in AGGREGATE_COMMANDS
+    }
+    assert counts["run_figure"] == 4
+    for step, runs in commands.items():
+        for args in runs:
+            assert json.loads(flag(args, "--emergence")) == emergence, (step, args)
+    (natural,) = commands["aggregate_natural"]
+    assert json.loads(flag(natural, "--lawfit")) == lawfit
+    assert flag(natural, "--out-dir") == layout.NATURAL
+    assert flag(commands["aggregate_markov"][0], "--out-dir") == layout.MARKOV
+
+
+# --------------------------------------------------------------------------------------------
+# The execution section: where a study runs, outside what it studies
+
+
+def test_execution_is_outside_the_study_definition():
+    plain = prepare(merged("{}")).config
+    moved = prepare(
+        merged("execution: {device: cpu, threads: 4, progress_seconds: 0, gpu: 0, safety: 3}")
+    ).config
+    assert plain["execution"] != moved["execution"]
+    assert "execution" not in study_definition(moved)
+    assert study_definition(plain) == study_definition(moved)
+    assert config_sha256(plain) == config_sha256(moved)
+    changed = prepare(merged("emergence: {min_rise: 0.2}")).config
+    assert config_sha256(changed) != config_sha256(plain)
+
+
+def test_cluster_runtime_follows_the_execution_settings():
+    # 6M tokens at 100k tokens/s = 60 s = 1 min; 1.5 * 1 + 10 = 11.5 -> 12 minutes (attempt 1).
+    study = prepare(merged("execution: {tokens_per_second: 100000}"))
+    run = study.runs[0]
+    assert study.train_minutes(run) == 12 and study.train_minutes(run, attempt=2) == 24
+    assert study.probe_minutes() == 30 and study.probe_minutes(3) == 90
+    # A mapping sizes each model; one it does not list gets the default 200000 tokens/s.
+    study = prepare(merged("execution: {tokens_per_second: {small: 50000}, overhead_minutes: 0}"))
+    small = next(r for r in study.runs if r.model == "small")
+    tiny = next(r for r in study.runs if r.model == "tiny")
+    assert study.train_minutes(small) == math.ceil(1.5 * 6e6 / 50000 / 60)  # 3 minutes
+    assert study.train_minutes(tiny) == math.ceil(1.5 * 6e6 / 200000 / 60)  # 1 minute
+
+
+def test_execution_settings_reach_the_jobs_as_threads_and_resources(tmp_path):
+    """`execution` becomes each job's threads and resources, and --set-threads and
+    --set-resources override them per rule, as the schema says (threads at most --cores 2)."""
+    (tmp_path / "config.yaml").write_text(study_text("workflow"))
+    override = tmp_path / "execution.yaml"
+    override.write_text("execution: {device: cpu, threads: 2, progress_seconds: 1}\n")
+    args = ("-n", "-p", "--set-threads", "probe=1", "--set-resources", "train:device=cuda:1")
+    dry = snakemake(tmp_path, *args, configfiles=(override,))
+    assert dry.rc == 0, dry.out[-3000:]
+    train, probe = shell_commands(dry.out, "train"), shell_commands(dry.out, "probe")
+    assert len(train) == len(probe) == 5
+    for command in train:
+        assert flag(command, "--device") == "cuda:1" and flag(command, "--threads") == "2"
+        assert flag(command, "--progress-seconds") == "1"
+    for command in probe:
+        assert flag(command, "--device") == "cpu" and flag(command, "--threads") == "1"
+
+
+# The JSON flags of each step and the schema section its `complete` checks them against.
+STEP_SPECS = {
+    "tokenize": {"--spec": "dataset"},
+    "chunk": {"--spec": "dataset"},
+    "chain": {"--spec": "chain"},
+    "probe": {"--probe": "probe"},
+    "run_figure": {"--emergence": "emergence"},
+    "aggregate_markov": {"--emergence": "emergence"},
+}
+
+
+def test_every_step_accepts_the_spec_its_rule_passes(tmp_path):
+    """What a rule passes is complete already and what the step's own check accepts: the
+    step's ``complete`` neither refuses it nor adds to it (natural, synthetic and bigram data)."""
+    (tmp_path / "config.yaml").write_text(study_text("markov"))
+    dry = snakemake(tmp_path, "-n", "-p")
+    assert dry.rc == 0, dry.out[-3000:]
+    counts = job_stats(dry.out)
+    for step, flags in STEP_SPECS.items():
+        commands = shell_commands(dry.out, step)
+        assert commands and len(commands) == counts[step], step
+        for args in commands:
+            for name, section in flags.items():
+                spec = json.loads(flag(args, name))
+                assert complete(section, spec) == spec, (step, spec)
+    chunks = [json.loads(flag(args, "--spec")) for args in shell_commands(dry.out, "chunk")]
+    assert {spec["family"] for spec in chunks} == {"markov"}
+    assert {spec["chain"]["kind"] for spec in chunks} == {"synthetic", "bigram"}

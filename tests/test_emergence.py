@@ -1,4 +1,4 @@
-"""ihsweep.emergence: known transitions are recovered, flat or late curves are "no transition".
+"""ihsweep.analysis.emergence: known transitions are found; flat or late curves are "no transition".
 
 Synthetic metric curves on the default checkpoint schedule (tokens doubling from 62,500 to 1M,
 then every 250k to 6M: 25 checkpoints, log10 tokens 4.80 to 6.78), with Gaussian noise of sd
@@ -11,13 +11,21 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from ihsweep.emergence import TABLE_COLUMNS, detect, emergence_table, sustained_rise
+from ihsweep.analysis.emergence import (
+    TABLE_COLUMNS,
+    detect,
+    emergence_table,
+    run_point,
+    sustained_rise,
+)
 from scipy.special import expit
 
 TOKENS = np.array([62_500 * 2**i for i in range(5)] + list(range(1_250_000, 6_000_001, 250_000)))
 X = np.log10(TOKENS)
 TOLERANCE = 0.1  # decades of tokens
 NOISE = 0.02
+MIN_RISE = 0.1  # the study default (schema), passed explicitly: detect has no defaults
+SPEC = {"metric": "ps_max", "method": "breakpoint", "min_rise": MIN_RISE}
 
 
 def logistic(x0, k=15.0):
@@ -48,7 +56,7 @@ def check_recovery(method, curve, truth, n_draws=10):
     """
     covered = 0
     for seed in range(n_draws):
-        result = detect(TOKENS, noisy(curve, seed), method=method)
+        result = detect(TOKENS, noisy(curve, seed), method=method, min_rise=MIN_RISE)
         assert result["emerged"] and result["reason"] == "", result["reason"]
         point, lo, hi = log_point(result)
         assert abs(point - truth) < TOLERANCE
@@ -77,6 +85,7 @@ def test_wrong_point_lies_outside_the_interval(method):
         TOKENS,
         noisy(ramp(6.1, 0.3) if method == "breakpoint" else logistic(6.2)),
         method=method,
+        min_rise=MIN_RISE,
     )
     _, lo, hi = log_point(result)
     assert not lo <= 6.4 <= hi
@@ -86,7 +95,7 @@ def test_wrong_point_lies_outside_the_interval(method):
 @pytest.mark.parametrize("method", ["breakpoint", "sigmoid"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_flat_noise_does_not_emerge(method, seed):
-    result = detect(TOKENS, noisy(np.full(len(X), 0.05), seed), method=method)
+    result = detect(TOKENS, noisy(np.full(len(X), 0.05), seed), method=method, min_rise=MIN_RISE)
     assert result["emerged"] is False
     assert all(math.isnan(result[k]) for k in ("tokens_pt", "tokens_lo", "tokens_hi"))
     assert "min_rise" in result["reason"]
@@ -99,7 +108,7 @@ def test_jump_at_the_last_checkpoint_is_not_a_transition(method):
     # Our rule: a rise seen at one checkpoint only is indistinguishable from noise.
     y = noisy(np.full(len(X), 0.05))
     y[-1] = 0.85
-    result = detect(TOKENS, y, method=method)
+    result = detect(TOKENS, y, method=method, min_rise=MIN_RISE)
     assert result["emerged"] is False
     assert "single checkpoint" in result["reason"]
 
@@ -107,7 +116,7 @@ def test_jump_at_the_last_checkpoint_is_not_a_transition(method):
 def test_rise_over_the_last_two_checkpoints_emerges_just_before_them():
     y = noisy(np.full(len(X), 0.05))
     y[-2:] = 0.85
-    result = detect(TOKENS, y, method="breakpoint")
+    result = detect(TOKENS, y, method="breakpoint", min_rise=MIN_RISE)
     assert result["emerged"]
     point, lo, hi = log_point(result)
     assert X[-3] <= lo <= point <= hi <= X[-2]
@@ -119,22 +128,22 @@ def test_sigmoid_midpoint_beyond_the_budget_is_not_emerged():
     # a small sharp step near the end instead, which the data cannot rule out.
     y = logistic(7.0, k=6.0)
     assert sustained_rise(y) > 0.1
-    result = detect(TOKENS, y, method="sigmoid")
+    result = detect(TOKENS, y, method="sigmoid", min_rise=MIN_RISE)
     assert result["emerged"] is False
     assert "end of the budget" in result["reason"]
 
 
 @pytest.mark.parametrize("method", ["breakpoint", "sigmoid"])
 def test_rise_from_the_first_checkpoint_is_left_censored(method):
-    result = detect(TOKENS, noisy(ramp(4.6, 0.6)), method=method)
+    result = detect(TOKENS, noisy(ramp(4.6, 0.6)), method=method, min_rise=MIN_RISE)
     assert result["emerged"] is False
     assert "start of the budget" in result["reason"]
 
 
 def test_min_rise_decides():
     y = 0.05 + 0.3 * (noisy(ramp(6.0, 0.3)) - 0.05) / 0.8  # rises by 0.3
-    assert detect(TOKENS, y, min_rise=0.1)["emerged"]
-    result = detect(TOKENS, y, min_rise=0.5)
+    assert detect(TOKENS, y, method="breakpoint", min_rise=0.1)["emerged"]
+    result = detect(TOKENS, y, method="breakpoint", min_rise=0.5)
     assert not result["emerged"] and "min_rise 0.5" in result["reason"]
 
 
@@ -154,18 +163,18 @@ def test_sustained_rise_ignores_single_spikes():
 def test_missing_values_are_dropped_and_too_few_checkpoints_refused():
     y = noisy(ramp(6.0, 0.3))
     y[3] = np.nan
-    assert detect(TOKENS, y)["emerged"]
-    result = detect(TOKENS[:5], y[:5])
+    assert detect(TOKENS, y, "breakpoint", MIN_RISE)["emerged"]
+    result = detect(TOKENS[:5], y[:5], "breakpoint", MIN_RISE)
     assert not result["emerged"] and "checkpoints" in result["reason"]
 
 
 def test_bad_input_raises():
     with pytest.raises(ValueError, match="ascending"):
-        detect(TOKENS[::-1], logistic(6.0)[::-1])
+        detect(TOKENS[::-1], logistic(6.0)[::-1], "breakpoint", MIN_RISE)
     with pytest.raises(ValueError, match="> 0"):
-        detect(np.r_[0, TOKENS[1:]], logistic(6.0))
+        detect(np.r_[0, TOKENS[1:]], logistic(6.0), "breakpoint", MIN_RISE)
     with pytest.raises(ValueError, match="method"):
-        detect(TOKENS, logistic(6.0), method="threshold")
+        detect(TOKENS, logistic(6.0), method="threshold", min_rise=MIN_RISE)
 
 
 def model_table_row(run_id, B, C, tokens, ps):
@@ -198,7 +207,7 @@ def test_emergence_table_one_row_per_run_in_tokens_and_updates():
         for t, v in zip(TOKENS[::-1], y[::-1], strict=True)  # order must not matter
     ]
     rows.append(model_table_row("run_a", 16, 64, 0, 0.9))  # an init checkpoint: dropped
-    table = emergence_table(pd.DataFrame(rows), metric="ps_max", method="breakpoint")
+    table = emergence_table(pd.DataFrame(rows), SPEC)
 
     assert list(table.columns) == TABLE_COLUMNS
     assert list(table["run_id"]) == ["run_a", "run_b", "run_c"]
@@ -213,7 +222,25 @@ def test_emergence_table_one_row_per_run_in_tokens_and_updates():
     assert table.loc[2, "reason"] != "" and (table.loc[:1, "reason"] == "").all()
 
 
+@pytest.mark.parametrize("method", ["breakpoint", "sigmoid"])
+def test_run_point_is_the_tables_point(method):
+    # run_point is the one path from a run's table to its point (the run figure uses it too):
+    # unsorted rows and an init checkpoint at 0 tokens give the table's row exactly.
+    y = noisy(ramp(5.9, 0.3) if method == "breakpoint" else logistic(6.0), 3)
+    rows = [model_table_row("r", 8, 32, int(t), float(v)) for t, v in zip(TOKENS, y, strict=True)]
+    rows = rows[::-1] + [model_table_row("r", 8, 32, 0, 0.9)]
+    spec = {"metric": "la_max", "method": method, "min_rise": MIN_RISE}
+    point = run_point(pd.DataFrame(rows), spec)
+    assert point == detect(TOKENS, y, method, MIN_RISE)
+    assert point["emerged"] and point["method"] == method
+    row = emergence_table(pd.DataFrame(rows), spec).iloc[0]
+    assert row["metric"] == "la_max" and row["method"] == method
+    for end in ("pt", "lo", "hi"):
+        assert row[f"tokens_{end}"] == point[f"tokens_{end}"]
+        assert row[f"updates_{end}"] == point[f"tokens_{end}"] / (8 * 32)
+
+
 def test_emergence_table_rejects_a_missing_metric():
     table = pd.DataFrame([model_table_row("r", 8, 32, 62_500, 0.1)]).drop(columns="la_max")
     with pytest.raises(ValueError, match="la_max"):
-        emergence_table(table, metric="la_max")
+        emergence_table(table, {**SPEC, "metric": "la_max"})

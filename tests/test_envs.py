@@ -3,12 +3,14 @@
 pyproject.toml's [project].dependencies is the one list of what the code needs. envs/train.yaml
 (training, data and probe jobs) lists all of it with the same specifiers, except that torch may be
 pinned to one version inside pyproject's range (the CPU wheel); envs/analysis.yaml (the aggregate
-job) lists a subset, without torch, and that subset must be enough to import ihsweep.aggregate.
+and figure jobs) lists a subset, without torch, and that subset must be enough to import the step
+command (``ihsweep.steps.<rule>``) of every rule that runs in it.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -136,11 +138,35 @@ def requirement_closure(names: set[str]) -> set[str]:
     return seen
 
 
-def test_analysis_env_is_enough_to_import_the_aggregate_job():
-    """Import ihsweep.aggregate with torch blocked; every package it loads is in the env."""
+def steps_in_env(env: str) -> dict[str, str]:
+    """{rule: the ihsweep.steps module its shell command runs} for the rules using envs/<env>."""
+    steps = {}
+    for smk in sorted((REPO / "workflow" / "rules").glob("*.smk")):
+        for rule, body in re.findall(r"^rule (\w+):\n((?:[ \t]+.*\n|\n)*)", smk.read_text(), re.M):
+            if f'"../../envs/{env}.yaml"' in body:
+                modules = set(re.findall(r"python -m (ihsweep\.steps\.\w+)", body))
+                assert len(modules) == 1, f"rule {rule}: {modules}"
+                steps[rule] = modules.pop()
+    return steps
+
+
+ANALYSIS_STEPS = steps_in_env("analysis")
+
+
+def test_the_analysis_env_runs_the_aggregates_and_figures():
+    assert ANALYSIS_STEPS == {
+        "aggregate_natural": "ihsweep.steps.aggregate_natural",
+        "aggregate_markov": "ihsweep.steps.aggregate_markov",
+        "run_figure": "ihsweep.steps.run_figure",
+    }
+
+
+@pytest.mark.parametrize("module", sorted(set(ANALYSIS_STEPS.values())))
+def test_analysis_env_is_enough_to_import_the_aggregate_job(module):
+    """Import a step of the analysis env with torch blocked; every package it loads is in it."""
     code = textwrap.dedent(
         """
-        import json, sys
+        import importlib, json, sys
 
         class NoTorch:  # the analysis env has no torch: importing it must fail
             def find_spec(self, name, path=None, target=None):
@@ -149,12 +175,12 @@ def test_analysis_env_is_enough_to_import_the_aggregate_job():
 
         sys.meta_path.insert(0, NoTorch())
         before = set(sys.modules)  # what the interpreter loads by itself (site, .pth hooks)
-        import ihsweep.aggregate
+        importlib.import_module(sys.argv[1])
         print(json.dumps(sorted({m.split(".")[0] for m in set(sys.modules) - before})))
         """
     )
     proc = subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, "-c", code, module],
         capture_output=True,
         text=True,
         timeout=120,
@@ -166,4 +192,4 @@ def test_analysis_env_is_enough_to_import_the_aggregate_job():
     used = {canonicalize_name(d) for m in top_levels for d in dists_of.get(m, [])}
     used.discard("ihsweep")
     allowed = requirement_closure(set(env_requirements("analysis")))
-    assert not sorted(used - allowed), f"the aggregate job imports {sorted(used - allowed)}"
+    assert not sorted(used - allowed), f"{module} imports {sorted(used - allowed)}"

@@ -1,4 +1,4 @@
-"""ihsweep.frontier and ihsweep.markov_figures: hand-made (f, r) grids with known answers.
+"""ihsweep.analysis.frontier and ihsweep.figures.markov: hand-made (f, r) grids with known answers.
 
 Grids are the SPEC's {0.1, 0.3, 0.5, 0.7, 0.9} squared unless a test says otherwise, so cell
 edges lie at 0, 0.2, 0.4, 0.6, 0.8 and 1.0, and every expected frontier and staircase below can
@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from ihsweep.frontier import (
+from ihsweep.analysis.frontier import (
     cell_outcomes,
     format_tokens,
     grid_edges,
@@ -18,7 +18,7 @@ from ihsweep.frontier import (
     property_table,
     sensitivity,
 )
-from ihsweep.markov_figures import plot_frontier, plot_generator_stats, plot_property_grid
+from ihsweep.figures.markov import plot_frontier, plot_generator_stats, plot_property_grid
 from scipy.special import expit
 
 GRID = [0.1, 0.3, 0.5, 0.7, 0.9]

@@ -1,4 +1,4 @@
-"""ihsweep.lawfit: the law's coefficients are recovered from synthetic emergence tables.
+"""ihsweep.analysis.lawfit: the law's coefficients are recovered from synthetic emergence tables.
 
 Tables are generated from known a = 0.37, b = 0.62, log10 T = 5.7 on the grid
 B in {8, 16, 32, 64} x C in {32, 64, 128, 256}, with lognormal noise of sd 0.05 in log10 units.
@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from ihsweep.lawfit import fit_law, predict_updates
+from ihsweep.analysis.lawfit import fit_law, fit_table, predict_updates
 
 A, B_EXP, LOG10_T = 0.37, 0.62, 5.7
 BATCHES, CONTEXTS = [8, 16, 32, 64], [32, 64, 128, 256]
@@ -90,13 +90,13 @@ def test_correlation_and_leave_one_out_error(fit):
 
 def test_wrong_exponents_are_excluded():
     # Data made with exponents 0.5 and 0.5 (the earlier tokens law) must not look like 0.37/0.62.
-    fit = fit_law(law_table(a=0.5, b_exp=0.5), n_boot=500)
+    fit = fit_law(law_table(a=0.5, b_exp=0.5), n_boot=500, seed=0)
     assert abs(fit["a"] - 0.5) < 0.13 and not inside(fit["a_ci"], A)
     assert abs(fit["b"] - 0.5) < 0.13 and not inside(fit["b_ci"], B_EXP)
 
 
 def test_no_model_size_effect_gives_c_interval_containing_zero():
-    fit = fit_law(law_table(c=0.0, sizes=SIZES), n_boot=1000)
+    fit = fit_law(law_table(c=0.0, sizes=SIZES), n_boot=1000, seed=0)
     assert fit["n_runs"] == 48
     assert inside(fit["c_ci"], 0.0) and abs(fit["c"]) < 0.05
     assert fit["c_excludes_zero"] is False
@@ -104,7 +104,7 @@ def test_no_model_size_effect_gives_c_interval_containing_zero():
 
 
 def test_real_model_size_effect_is_detected():
-    fit = fit_law(law_table(c=0.5, sizes=SIZES), n_boot=1000)
+    fit = fit_law(law_table(c=0.5, sizes=SIZES), n_boot=1000, seed=0)
     assert not inside(fit["c_ci"], 0.0) and fit["c_excludes_zero"] is True
     assert inside(fit["c_ci"], 0.5) and abs(fit["c"] - 0.5) < 0.05
 
@@ -131,7 +131,7 @@ def test_only_emerged_runs_are_used():
     table.loc[:5, "emerged"] = False
     table.loc[:5, "updates_pt"] = np.nan
     table.loc[6, "updates_pt"] = np.nan  # emerged but no point: also left out
-    fit = fit_law(table, n_boot=100)
+    fit = fit_law(table, n_boot=100, seed=0)
     assert fit["ok"] and fit["n_runs"] == 9
 
 
@@ -146,7 +146,7 @@ def test_only_emerged_runs_are_used():
     ],
 )
 def test_too_few_points_give_ok_false_not_an_exception(select, reason):
-    fit = fit_law(select(law_table()), n_boot=50)
+    fit = fit_law(select(law_table()), n_boot=50, seed=0)
     assert fit["ok"] is False and reason in fit["reason"]
     assert fit["a"] is None and fit["c"] is None
     json.dumps(fit, allow_nan=False)
@@ -161,3 +161,16 @@ def test_predict_updates(fit):
     assert both.shape == (2,) and both[0] > both[1]  # larger batches emerge in fewer updates
     truth = {"log10_T": LOG10_T, "a": A, "b": B_EXP}
     assert math.isclose(predict_updates(truth, 10, 100), 10 ** (5.7 - 0.37 - 1.24))
+
+
+def test_fit_table_has_a_row_per_quantity_with_its_interval(fit):
+    table = fit_table(fit)
+    assert list(table.columns) == ["quantity", "estimate", "ci_low", "ci_high"]
+    assert list(table["quantity"]) == ["a", "b", "log10_T", "c", "r", "loo_rmse_log10", "n_runs"]
+    rows = table.set_index("quantity")
+    for key in ("a", "b", "log10_T"):
+        assert rows.loc[key, "estimate"] == fit[key]
+        assert [rows.loc[key, "ci_low"], rows.loc[key, "ci_high"]] == fit[f"{key}_ci"]
+    assert rows.loc["n_runs", "estimate"] == 16 and rows.loc["r", "estimate"] == fit["r"]
+    assert rows.loc[["c", "r", "n_runs"], ["ci_low", "ci_high"]].isna().all().all()
+    assert rows.loc["c"].drop("quantity", errors="ignore").isna().all()  # single size: no c

@@ -10,10 +10,12 @@ fails; the chi-square tests also check that the same statistic rejects a wrong d
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 import pytest
-from ihsweep.data import markov
+from ihsweep.config import complete
+from ihsweep.data import chains, chunks, markov, markov_chunks
 from scipy import stats
 
 V, C = 500, 64
@@ -39,7 +41,7 @@ def grid(chain):
     P, pi = chain
     out = {}
     for k, (f, r) in enumerate(CELLS):
-        x = markov.generate(P, pi, N_CELL, C, f, r, seed=100 + k)
+        x = markov.generate(P, pi, N_CELL, C, f, r, seed=100 + k, calibration="exact")
         out[f, r] = (x, markov.measure(x, V))
     return out
 
@@ -115,7 +117,7 @@ def _python_contexts(x: np.ndarray) -> list[tuple]:
 
 def test_measure_matches_a_plain_python_reading_of_the_definition():
     P, pi = _dirichlet_chain(12, 0.5, seed=3)
-    x = markov.generate(P, pi, 300, 12, 0.7, 0.5, seed=4)
+    x = markov.generate(P, pi, 300, 12, 0.7, 0.5, seed=4, calibration="exact")
     ctx = _python_contexts(x)
     m = markov.measure(x, 12)
     assert m["contexts"] == len(ctx) > 100
@@ -128,7 +130,7 @@ def test_measure_matches_a_plain_python_reading_of_the_definition():
 def test_exact_calibration_solves_the_recursion():
     n = C - markov.second_half_start(C)
     for f, r in CELLS:
-        e = markov.context_start_probability(f, r, C)
+        e = markov.context_start_probability(f, r, C, calibration="exact")
         assert 0 < e < 1
         assert markov.expected_frequency(e, r, C) == pytest.approx(f, abs=1e-12)
     assert markov.expected_frequency(0.0, 0.5, C) == 0.0
@@ -177,11 +179,11 @@ def test_unreachable_requests_raise(f, r, context, match):
 def test_invalid_chains_and_sizes_raise(chain):
     P, pi = chain
     with pytest.raises(ValueError, match="vocabulary 500 < context 600"):
-        markov.generate(P, pi, 10, 600, 0.5, 0.5, 0)
+        markov.generate(P, pi, 10, 600, 0.5, 0.5, 0, calibration="exact")
     with pytest.raises(ValueError, match="rows of P must sum to 1"):
-        markov.generate(P * 1.1, pi, 10, C, 0.5, 0.5, 0)
+        markov.generate(P * 1.1, pi, 10, C, 0.5, 0.5, 0, calibration="exact")
     with pytest.raises(ValueError, match="pi must"):
-        markov.generate(P, pi[:-1], 10, C, 0.5, 0.5, 0)
+        markov.generate(P, pi[:-1], 10, C, 0.5, 0.5, 0, calibration="exact")
     with pytest.raises(ValueError, match="calibration"):
         markov.generate(P, pi, 10, C, 0.5, 0.5, 0, calibration="stationary")
 
@@ -191,15 +193,18 @@ def test_invalid_chains_and_sizes_raise(chain):
 
 def test_deterministic_for_a_seed_and_prefix_stable(chain):
     P, pi = chain
-    a = markov.generate(P, pi, 300, C, 0.5, 0.5, seed=7, block_size=128)
-    b = markov.generate(P, pi, 300, C, 0.5, 0.5, seed=7, block_size=128)
-    c = markov.generate(P, pi, 300, C, 0.5, 0.5, seed=8, block_size=128)
-    d = markov.generate(P, pi, 256, C, 0.5, 0.5, seed=7, block_size=128)
+    a = markov.generate(P, pi, 300, C, 0.5, 0.5, seed=7, block_size=128, calibration="exact")
+    b = markov.generate(P, pi, 300, C, 0.5, 0.5, seed=7, block_size=128, calibration="exact")
+    c = markov.generate(P, pi, 300, C, 0.5, 0.5, seed=8, block_size=128, calibration="exact")
+    d = markov.generate(P, pi, 256, C, 0.5, 0.5, seed=7, block_size=128, calibration="exact")
     np.testing.assert_array_equal(a, b)
     assert (a != c).any()
     np.testing.assert_array_equal(a[:256], d)  # whole blocks do not depend on n_sequences
 
-    ref = [markov.generate_reference(P, pi, 5, C, 0.5, 0.5, seed=7) for _ in range(2)]
+    ref = [
+        markov.generate_reference(P, pi, 5, C, 0.5, 0.5, seed=7, calibration="exact")
+        for _ in range(2)
+    ]
     np.testing.assert_array_equal(*ref)
 
 
@@ -254,8 +259,13 @@ def _binary_chi2(chose_first: np.ndarray, q: np.ndarray, by=None, bins: int = 10
 def small():
     """V = 6, C = 6 (first half 0..2, second half 3..5), a dense chain with self-loops."""
     P, pi = _dirichlet_chain(6, 0.5, seed=11)
-    e = markov.context_start_probability(0.5, 0.5, 6)
-    return P, pi, e, markov.generate(P, pi, 60_000, 6, 0.5, 0.5, seed=12).astype(np.int64)
+    e = markov.context_start_probability(0.5, 0.5, 6, calibration="exact")
+    return (
+        P,
+        pi,
+        e,
+        markov.generate(P, pi, 60_000, 6, 0.5, 0.5, seed=12, calibration="exact").astype(np.int64),
+    )
 
 
 def test_first_token_and_first_half_draws_follow_the_renormalised_rows(small):
@@ -298,7 +308,7 @@ def test_copy_choice_follows_the_chain():
     """Copies of an A with two distinct earlier successors choose B1 : B2 as P[A, B1] : P[A, B2],
     however many times each followed A (a type that followed A twice is still one choice)."""
     P, pi = _dirichlet_chain(16, 1.0, seed=21)
-    x = markov.generate(P, pi, 40_000, 16, 0.85, 0.7, seed=22).astype(np.int64)
+    x = markov.generate(P, pi, 40_000, 16, 0.85, 0.7, seed=22, calibration="exact").astype(np.int64)
     events = [e for e in _python_contexts(x) if len(e[3]) == 2]
     copies = [(a, *succ, *times, nxt) for _, _, a, succ, times, nxt in events if nxt in succ]
     assert len(copies) > 10_000
@@ -323,7 +333,7 @@ def test_zero_chain_mass_falls_back_to_pi_then_uniform():
     P[1:, 0] = 1.0
     pi = np.array([0.3, 0.3, 0.2, 0.1, 0.1, 0.0, 0.0, 0.0])  # any start distribution is allowed
     for gen in (markov.generate, markov.generate_reference):
-        x = gen(P, pi, 3000 if gen is markov.generate else 1500, 8, 0.5, 0.5, seed=5)
+        x = gen(P, pi, 3000 if gen is markov.generate else 1500, 8, 0.5, 0.5, 5, "exact")
         x = x.astype(np.int64)
         assert markov.measure(x, 8)["first_half_repeats"] == 0
         assert not (x[:, 1:] == x[:, :-1]).any()
@@ -354,7 +364,7 @@ def _f_r_with_errors(x: np.ndarray) -> tuple[float, float, float, float]:
 @pytest.mark.parametrize(("f", "r"), [(0.5, 0.5), (0.9, 0.1)])
 def test_vectorised_and_reference_agree(chain, grid, f, r):
     P, pi = chain
-    ref = markov.generate_reference(P, pi, 600, C, f, r, seed=31)
+    ref = markov.generate_reference(P, pi, 600, C, f, r, seed=31, calibration="exact")
     f_ref, r_ref, se_f_ref, se_r_ref = _f_r_with_errors(ref)
     f_vec, r_vec, se_f_vec, se_r_vec = _f_r_with_errors(grid[f, r][0])
     assert abs(f_ref - f_vec) < 4 * np.hypot(se_f_ref, se_f_vec)
@@ -403,3 +413,48 @@ def test_inverse_cdf_draws_by_weight(m):
     # u at the top of [0, 1) must not step past the last positive weight.
     top = np.full(m, np.nextafter(1.0, 0.0))
     assert (markov._inverse_cdf(np.repeat(weights[:, None], m, axis=1), top) == 5).all()
+
+
+# --- the chunk files of a Markov dataset (markov_chunks) ---------------------------------------
+
+
+def _markov_entry(**given) -> dict:
+    """A Markov dataset entry completed by the schema; the chain is a stand-in, 16 states."""
+    chain = {"kind": "synthetic", "vocab_size": 16, "dependency": False}
+    entry = {"family": "markov", "chain": chain, "frequency": 0.3, "reliability": 0.5}
+    return complete("dataset", {**entry, "n_train_sequences": 300, "n_val_sequences": 40, **given})
+
+
+def _files(folder) -> list[bytes]:
+    return [(folder / name).read_bytes() for name in ("train.bin", "val.bin")]
+
+
+def test_markov_chunks_follow_the_dataset_spec(tmp_path):
+    P, pi = _dirichlet_chain(16, 0.5, seed=5)
+    chains.write_chain(tmp_path / "chain", P, pi, {"kind": "synthetic", "spec": {}})
+    metas = {}
+    for name, given in (
+        ("s0", {}),
+        ("s0-again", {"seed": 0}),
+        ("s1", {"seed": 1}),
+        ("paper", {"calibration": "paper"}),
+    ):
+        spec = _markov_entry(**given)
+        metas[name] = markov_chunks.make_chunks(spec, tmp_path / "chain", 16, tmp_path / name)
+        meta = json.loads((tmp_path / name / "chunks.json").read_text())
+        assert meta == metas[name]
+        assert meta["seed"] == spec["seed"]
+        assert meta["split_seeds"] == markov_chunks.split_seeds(spec["seed"], 16)
+        assert meta["requested"]["calibration"] == spec["calibration"]
+        assert meta["dtype"] == "uint16" == chunks.token_dtype(16).name
+        train = chunks.open_chunks(tmp_path / name, "train")
+        assert train.shape == (300, 16) and train.dtype == np.uint16
+        assert chunks.open_chunks(tmp_path / name, "val").shape == (40, 16)
+    assert metas["s0"]["seed"] == 0  # the schema's default
+    assert metas["s0"]["requested"]["calibration"] == "exact"  # likewise
+    assert _files(tmp_path / "s0") == _files(tmp_path / "s0-again")
+    assert _files(tmp_path / "s0") != _files(tmp_path / "s1")
+    e = {name: meta["requested"]["e"] for name, meta in metas.items()}
+    assert e["s0"] == pytest.approx(markov.context_start_probability(0.3, 0.5, 16, "exact"))
+    assert e["paper"] == pytest.approx(0.3 / 1.5)  # the paper's e = f / (1 + r)
+    assert e["paper"] != pytest.approx(e["s0"])

@@ -1,4 +1,5 @@
-"""ihsweep.markov_aggregate end to end on hand-made probe tables with a known frontier.
+"""ihsweep.analysis.markov through its command (ihsweep.steps.aggregate_markov), end to end on
+hand-made probe tables with a known frontier.
 
 A 3 x 3 bigram grid where a run emerges exactly when f + 2 r >= 1.5 (reliability counts double),
 plus a synthetic +D and a -D chain at one (f, r): the frontier, the cell table, the property
@@ -10,12 +11,15 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from ihsweep.markov_aggregate import main
+from ihsweep import layout
+from ihsweep.analysis.markov import generator_table
+from ihsweep.config import complete
+from ihsweep.steps.aggregate_markov import main
 from scipy.special import expit
 
 TOKENS = [31_250 * 2**i for i in range(5)] + list(range(750_000, 4_000_001, 250_000))
 GRID = [0.1, 0.5, 0.9]
-BIGRAM = {"kind": "bigram", "source": "kjv", "vocab_cap": 64}
+BIGRAM = complete("chain", {"kind": "bigram", "source": "kjv", "vocab_cap": 64})
 
 
 def emerges(f: float, r: float) -> bool:
@@ -44,11 +48,22 @@ def probe_rows(data: str, rise: bool, midpoint: float = 6.0) -> list[dict]:
     ]
 
 
-def write_chunks(root, data: str, f: float, r: float) -> None:
-    folder = root / data / "C32"
-    folder.mkdir(parents=True)
+def chunks_meta(f: float, r: float) -> dict:
     measured = {"f": f + 0.001, "r": r - 0.002, "first_half_repeats": 0, "entropy_rate_bits": 3.0}
-    (folder / "chunks.json").write_text(json.dumps({"measured": {"train": measured}}))
+    return {"measured": {"train": measured}}
+
+
+def write_chunks(root, data: str, f: float, r: float) -> None:
+    """The run's chunk sidecar where the step looks for it: layout.chunk_dir below ``root``."""
+    folder = root / layout.chunk_dir(data, 32)
+    folder.mkdir(parents=True)
+    (folder / "chunks.json").write_text(json.dumps(chunks_meta(f, r)))
+
+
+def markov_entry(chain: dict, f: float, r: float, grid: str) -> dict:
+    """A complete Markov dataset entry as ``prepare`` leaves it: schema defaults, and ``grid``."""
+    entry = {"family": "markov", "chain": chain, "frequency": f, "reliability": r}
+    return {**complete("dataset", entry), "grid": grid}
 
 
 @pytest.fixture(scope="module")
@@ -58,20 +73,23 @@ def outputs(tmp_path_factory):
     for f in GRID:
         for r in GRID:
             name = f"semi-f{f:g}-r{r:g}"
-            datasets[name] = {"grid": "semi", "frequency": f, "reliability": r, "chain": BIGRAM}
+            datasets[name] = markov_entry(BIGRAM, f, r, "semi")
             rows += probe_rows(name, emerges(f, r))
-            write_chunks(tmp / "data", name, f, r)
+            write_chunks(tmp, name, f, r)
     for name, dependency in (("plus", True), ("minus", False)):
-        chain = {"kind": "synthetic", "dependency": dependency, "marginal": "zipfian"}
-        datasets[name] = {"grid": name, "frequency": 0.9, "reliability": 0.9, "chain": chain}
+        chain = {"kind": "synthetic", "vocab_size": 64, "dependency": dependency}
+        datasets[name] = markov_entry(complete("chain", chain), 0.9, 0.9, name)
         rows += probe_rows(name, dependency, midpoint=5.5)
-        write_chunks(tmp / "data", name, 0.9, 0.9)
+        write_chunks(tmp, name, 0.9, 0.9)
+    assert datasets["plus"]["chain"]["marginal"] == "zipfian"  # the schema's default marginal
     table = tmp / "model.parquet"
     pd.DataFrame(rows).to_parquet(table)
     argv = ["--model-tables", str(table), "--datasets", json.dumps(datasets)]
-    argv += ["--data-root", str(tmp / "data"), "--out", str(tmp / "out")]
-    argv += ["--metric", "ps_max", "--method", "sigmoid", "--min-rise", "0.05"]
-    assert main(argv) == 0
+    argv += ["--out-dir", str(tmp / "out")]
+    argv += ["--emergence", json.dumps({"metric": "ps_max", "method": "sigmoid", "min_rise": 0.05})]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp)  # the step reads each run's chunks.json relative to the working directory
+        assert main(argv) == 0
     return tmp / "out"
 
 
@@ -113,3 +131,22 @@ def test_generator_table_and_figures(outputs):
         f"{stem}.{ext}" for stem in ("frontier-semi-tiny-B8-C32", "generator", "properties")
         for ext in ("pdf", "png")
     ]  # fmt: skip
+
+
+def test_generator_table_reads_one_sidecar_per_dataset_and_context():
+    datasets = {
+        "semi-f0.1-r0.9": markov_entry(BIGRAM, 0.1, 0.9, "semi"),
+        "semi-f0.5-r0.5": markov_entry(BIGRAM, 0.5, 0.5, "semi"),
+    }
+    metas = {
+        ("semi-f0.5-r0.5", 64): chunks_meta(0.5, 0.5),
+        ("semi-f0.1-r0.9", 32): chunks_meta(0.1, 0.9),
+        ("semi-f0.1-r0.9", 16): chunks_meta(0.1, 0.9),
+    }
+    table = generator_table(datasets, metas)
+    assert list(zip(table["data"], table["context_size"], strict=True)) == sorted(metas)
+    row = table.iloc[0]
+    assert (row.grid, row.generator, row.frequency, row.reliability) == ("semi", "bigram", 0.1, 0.9)
+    assert row.measured_frequency == pytest.approx(0.101)
+    assert row.measured_reliability == pytest.approx(0.898)
+    assert (table["entropy_rate_bits"] == 3.0).all() and (table["first_half_repeats"] == 0).all()

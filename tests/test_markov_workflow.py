@@ -1,9 +1,9 @@
 """Markov datasets through the real ``snakemake`` command line, on a tiny study in a tmp folder.
 
-One module-scoped fixture runs a study with a synthetic chain (V = 64, +D, a few optimiser
-steps) and a two-cell (f, r) grid over one bigram chain of a 300-type BPE of the KJV (capped at
-64 types), tiny attention-only runs on each, and the Markov aggregate; the tests then read what
-it left. A dry run checks that an
+One module-scoped fixture runs the study tests/studies/markov.yaml, with a synthetic chain
+(V = 64, +D, a few optimiser steps) and a two-cell (f, r) grid over one bigram chain of a 300-type
+BPE of the KJV (capped at 64 types), tiny attention-only runs on each, and the Markov aggregate;
+the tests then read what it left, at the paths of ``ihsweep.layout``. A dry run checks that an
 unreachable frequency is refused before any job exists.
 """
 
@@ -16,40 +16,13 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 import yaml
+from conftest import job_stats, run_study, snakemake, study_text
+from ihsweep import layout
 from ihsweep.config import prepare
-from test_workflow import SCHEMA, job_stats, run_study, snakemake
 
 pytestmark = pytest.mark.slow
 
-CONFIG = """\
-models:
-  tiny: {n_layer: 2, n_head: 4, d_model: 32, mlp: false, n_ctx: 64}
-datasets:
-  kjv:
-    family: natural
-    corpus: {source: kjv}
-    tokenizer: {kind: bpe, vocab_size: 300}
-  syn:
-    family: markov
-    chain: {kind: synthetic, vocab_size: 64, dependency: true, n_blocks: 4, iterations: 20}
-    frequency: 0.5
-    reliability: 0.9
-    n_train_sequences: 1000
-    n_val_sequences: 200
-  semi:
-    family: markov
-    chain: {kind: bigram, source: kjv, vocab_cap: 64}
-    frequency: [0.3, 0.5]           # a grid: datasets semi-f0.3-r0.5, semi-f0.5-r0.5
-    reliability: [0.5]
-    n_train_sequences: 1000
-    n_val_sequences: 200
-    seed: 3
-runs:
-  - {data: syn, model: tiny, batch_size: 8, context_size: [16, 32], seed: 0}
-  - {data: semi, model: tiny, batch_size: 8, context_size: 32, seed: 0}
-training: {tokens: 20000, lr: 0.003}
-checkpoints: {tokens: [5000, 10000, 20000]}
-"""
+CONFIG = study_text("markov")
 TOLERANCE = 0.05
 
 
@@ -57,12 +30,12 @@ TOLERANCE = 0.05
 def study(tmp_path_factory) -> SimpleNamespace:
     workdir = tmp_path_factory.mktemp("markov")
     first = run_study(workdir, CONFIG)
-    prepared = prepare(yaml.safe_load(CONFIG), SCHEMA)
+    prepared = prepare(yaml.safe_load(CONFIG))
     return SimpleNamespace(dir=workdir, study=prepared, first=first)
 
 
 def chunks_meta(study, data: str, ctx: int) -> dict:
-    return json.loads((study.dir / f"results/data/{data}/C{ctx}/chunks.json").read_text())
+    return json.loads((study.dir / layout.chunk_dir(data, ctx) / "chunks.json").read_text())
 
 
 def test_jobs(study):
@@ -96,26 +69,30 @@ def test_chunks_measure_the_request(study, data, ctx):
         assert abs(m["r"] - spec["reliability"]) < TOLERANCE, (split, m)
         assert m["first_half_repeats"] == 0
         assert m["entropy_rate_bits"] > 0
-        size = (study.dir / f"results/data/{data}/C{ctx}" / meta["files"][split]["chunks"]).stat()
+        size = (study.dir / layout.chunk_dir(data, ctx) / meta["files"][split]["chunks"]).stat()
         assert size.st_size == meta[f"n_{split}"] * ctx * 2  # uint16
 
 
 def test_chains(study):
-    syn = json.loads((study.dir / "results/chains/syn/chain.json").read_text())
-    semi = json.loads((study.dir / "results/chains/semi/chain.json").read_text())
+    syn = json.loads((study.dir / layout.chain_dir("syn") / "chain.json").read_text())
+    semi = json.loads((study.dir / layout.chain_dir("semi") / "chain.json").read_text())
     assert (syn["kind"], syn["vocab_size"]) == ("synthetic", 64)
     assert (semi["kind"], semi["vocab_size"]) == ("bigram", 64)
     assert semi["spec"]["vocab_cap"] == 64
-    assert sorted(p.name for p in (study.dir / "results/chains").iterdir()) == ["semi", "syn"]
+    chains = (study.dir / layout.chain_dir("syn")).parent
+    assert sorted(p.name for p in chains.iterdir()) == ["semi", "syn"]
+    for grid in ("syn", "semi"):
+        assert all((study.dir / layout.chain_dir(grid) / f).is_file() for f in layout.CHAIN_FILES)
 
 
 def test_runs_have_probe_tables(study):
     runs = study.study.runs
     assert len(runs) == 4
     for run in runs:
-        table = pd.read_parquet(study.dir / run.dir / "probes" / "model.parquet")
+        table = pd.read_parquet(study.dir / layout.probe_table("model", run))
         assert len(table) == 3 and set(table["data"]) == {run.data}
-        assert (study.dir / run.dir / "probes" / "heads.parquet").is_file()
+        assert (study.dir / layout.probe_table("heads", run)).is_file()
+        assert all((study.dir / f).is_file() for f in layout.run_figures(run)), run.id
 
 
 def test_unreachable_frequency_is_a_config_error(tmp_path: Path):
@@ -131,7 +108,7 @@ def test_unreachable_frequency_is_a_config_error(tmp_path: Path):
 
 
 def test_markov_aggregate(study):
-    out = study.dir / "results/markov"
+    out = study.dir / layout.MARKOV
     runs = pd.read_csv(out / "emergence.csv")
     assert sorted(runs["data"]) == sorted(run.data for run in study.study.runs)
     semi = runs[runs["grid"] == "semi"].sort_values("frequency")
@@ -143,3 +120,8 @@ def test_markov_aggregate(study):
     figures = {p.name for p in (out / "figures").iterdir()}
     assert figures == {f"{s}.{e}" for s in ("frontier-semi-tiny-B8-C32", "properties", "generator")
                        for e in ("png", "pdf")}  # fmt: skip
+    # The DAG asked for what the aggregate wrote: layout.markov_outputs of the same stems.
+    stems = ["frontier-semi-tiny-B8-C32", "properties", "generator"]
+    expected = layout.markov_outputs(stems)
+    assert all((study.dir / f).is_file() for f in expected), expected
+    assert {Path(f).name for f in expected if "/figures/" in f} == figures

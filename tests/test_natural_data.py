@@ -1,4 +1,8 @@
-"""Natural-text data: corpora, tokenizers, the tokenize/chunk CLI and the repetition controls."""
+"""Natural-text data: corpora, tokenizers, the tokenize/chunk steps and the repetition controls.
+
+Specs are completed by the schema (``ihsweep.config.complete``), as ``prepare`` does for a
+study: the science functions fill in no defaults of their own.
+"""
 
 from __future__ import annotations
 
@@ -10,9 +14,12 @@ import types
 
 import numpy as np
 import pytest
-from ihsweep.data import corpus, natural
+from ihsweep.config import ConfigError, complete
+from ihsweep.data import chunks, corpus, markov, markov_chunks, natural
 from ihsweep.data import tokenizer as tk
 from ihsweep.data.chunks import open_chunks
+from ihsweep.steps import chunk as chunk_step
+from ihsweep.steps import tokenize as tokenize_step
 
 WORDS = (
     "the and of to in that shall he unto for his a lord they be is him not them it with all "
@@ -26,12 +33,22 @@ def _paragraphs(n: int, seed: int = 0) -> list[str]:
 
 
 def _natural_spec(corpus_spec: dict, tokenizer_spec: dict, **extra) -> dict:
+    """A natural dataset entry as given in a study file (partial: the schema fills the rest)."""
     return {"family": "natural", "corpus": corpus_spec, "tokenizer": tokenizer_spec, **extra}
+
+
+def _dataset(corpus_spec: dict, tokenizer_spec: dict, **extra) -> dict:
+    """The same entry completed by the schema, as the science functions take it."""
+    return complete("dataset", _natural_spec(corpus_spec, tokenizer_spec, **extra))
+
+
+def _corpus(spec: dict) -> dict:
+    return complete("corpus", spec)
 
 
 @pytest.fixture(scope="module")
 def kjv_docs() -> list[str]:
-    return list(corpus.load_documents({"source": "kjv"}))
+    return list(corpus.load_documents(_corpus({"source": "kjv"})))
 
 
 @pytest.fixture
@@ -64,27 +81,27 @@ def test_files_corpus_reads_txt_paragraphs_and_jsonl_records(tmp_path):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "x.txt").write_text("First para\nline two.\n\n  \n\nSecond para.\n\n\n")
     (tmp_path / "y.jsonl").write_text('{"body": "Doc one."}\n\n{"body": "Doc two."}\n')
-    spec = {"source": "files", "paths": ["sub/*.txt", "y.jsonl"], "text_field": "body"}
+    spec = _corpus({"source": "files", "paths": ["sub/*.txt", "y.jsonl"], "text_field": "body"})
     docs = list(corpus.load_documents(spec, base_dir=tmp_path))
     assert docs == ["First para\nline two.", "Second para.", "Doc one.", "Doc two."]
 
 
 def test_missing_corpus_file_error_names_the_path(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.txt"):
-        corpus.load_documents({"source": "files", "paths": ["nope.txt"]}, base_dir=tmp_path)
+        corpus.load_documents(_corpus({"source": "files", "paths": ["nope.txt"]}), tmp_path)
     with pytest.raises(FileNotFoundError, match=r"none\*\.jsonl"):
-        corpus.load_documents({"source": "files", "paths": ["none*.jsonl"]}, base_dir=tmp_path)
+        corpus.load_documents(_corpus({"source": "files", "paths": ["none*.jsonl"]}), tmp_path)
 
 
 def test_jsonl_without_text_field_names_file_and_line(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"text": "ok"}\n{"other": 1}\n')
     with pytest.raises(ValueError, match=r"bad.jsonl:2"):
-        list(corpus.load_documents({"source": "files", "paths": ["bad.jsonl"]}, tmp_path))
+        list(corpus.load_documents(_corpus({"source": "files", "paths": ["bad.jsonl"]}), tmp_path))
 
 
 def test_fingerprint_is_stable_and_tracks_content_not_location(small_corpus, tmp_path_factory):
     base, _ = small_corpus
-    spec = {"source": "files", "paths": ["*.txt", "b.jsonl"]}
+    spec = _corpus({"source": "files", "paths": ["*.txt", "b.jsonl"]})
     fp = corpus.corpus_fingerprint(spec, base)
     assert fp == corpus.corpus_fingerprint(dict(spec), base)
     moved = tmp_path_factory.mktemp("moved")
@@ -93,15 +110,14 @@ def test_fingerprint_is_stable_and_tracks_content_not_location(small_corpus, tmp
     assert corpus.corpus_fingerprint(spec, moved) == fp
     (moved / "a.txt").write_text("changed\n")
     assert corpus.corpus_fingerprint(spec, moved) != fp
-    assert corpus.corpus_fingerprint({"source": "kjv"}) == corpus.corpus_fingerprint(
-        {"source": "kjv"}
-    )
+    kjv = _corpus({"source": "kjv"})
+    assert corpus.corpus_fingerprint(kjv) == corpus.corpus_fingerprint(dict(kjv))
 
 
 def test_huggingface_without_datasets_gives_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)  # makes `import datasets` fail
     with pytest.raises(ImportError, match=r"ihsweep\[hf\]"):
-        corpus.load_documents({"source": "huggingface", "name": "cc100", "config": "en"})
+        corpus.load_documents(_corpus({"source": "huggingface", "name": "cc100", "config": "en"}))
 
 
 def test_huggingface_source_streams_and_stops_at_max_documents(monkeypatch):
@@ -113,7 +129,7 @@ def test_huggingface_source_streams_and_stops_at_max_documents(monkeypatch):
         return iter(records)
 
     monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
-    spec = {"source": "huggingface", "name": "cc100", "config": "en", "max_documents": 2}
+    spec = _corpus({"source": "huggingface", "name": "cc100", "config": "en", "max_documents": 2})
     assert list(corpus.load_documents(spec)) == ["one", "two"]  # empty records are skipped
     assert calls == [(("cc100", "en"), {"split": "train", "streaming": True})]
 
@@ -121,13 +137,15 @@ def test_huggingface_source_streams_and_stops_at_max_documents(monkeypatch):
 def test_huggingface_streaming_takes_the_first_documents(small_corpus):
     pytest.importorskip("datasets")
     base, paras = small_corpus
-    spec = {
-        "source": "huggingface",
-        "name": "json",
-        "data_files": str(base / "b.jsonl"),
-        "split": "train",
-        "max_documents": 3,
-    }
+    spec = _corpus(
+        {
+            "source": "huggingface",
+            "name": "json",
+            "data_files": str(base / "b.jsonl"),
+            "split": "train",
+            "max_documents": 3,
+        }
+    )
     assert list(corpus.load_documents(spec)) == paras[40:43]
 
 
@@ -161,7 +179,7 @@ def test_trained_bpe_is_deterministic_and_round_trips(kjv_docs, tmp_path):
     assert n_ids < 0.5 * sum(len(d) for d in docs)
 
 
-# --- tokenize + chunk CLI --------------------------------------------------------------------
+# --- tokenize + chunk steps ------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("tokenizer_spec", [{"kind": "bpe", "vocab_size": 320}, {"kind": "gpt2"}])
@@ -172,10 +190,12 @@ def test_tokenize_and_chunk_cli_end_to_end(small_corpus, tokenizer_spec):
         tokenizer_spec,
         repetition={"copy_fraction": 0.5, "copy_length": [0.25, 0.5]},
         val_fraction=0.1,
+        seed=3,
     )
     tok_dir, out_dir = base / "tok", base / "c16"
-    rc = natural.main(
-        ["tokenize", "--spec", json.dumps(spec), "--out-dir", str(tok_dir), "--base-dir", str(base)]
+    # The steps take the entry as a study file gives it; they complete it from the schema.
+    rc = tokenize_step.main(
+        ["--spec", json.dumps(spec), "--out-dir", str(tok_dir), "--base-dir", str(base)]
     )
     assert rc == 0
     meta = natural.read_meta(tok_dir, "tokens")
@@ -185,15 +205,15 @@ def test_tokenize_and_chunk_cli_end_to_end(small_corpus, tokenizer_spec):
     assert meta["n_documents"] == 60
     assert meta["n_text_bytes"] == sum(len(p.encode()) for p in paras)
     assert (tok_dir / "tokens.bin").stat().st_size == 2 * meta["n_tokens"]
-    assert meta["source_sha256"] == corpus.corpus_fingerprint(spec["corpus"], base)
+    assert meta["source_sha256"] == corpus.corpus_fingerprint(_corpus(spec["corpus"]), base)
     stream = natural.open_tokens(tok_dir)
     assert int((stream == meta["eot_id"]).sum()) == 59  # separators between 60 documents
     tok = tk.load_tokenizer(meta)
     assert tok.decode(stream.tolist(), skip_special_tokens=False) == tk.EOT.join(paras)
 
-    rc = natural.main(
-        ["chunk", "--tokens-dir", str(tok_dir), "--context", "16", "--spec", json.dumps(spec)]
-        + ["--out-dir", str(out_dir), "--seed", "3"]
+    rc = chunk_step.main(
+        ["--source-dir", str(tok_dir), "--context", "16", "--spec", json.dumps(spec)]
+        + ["--out-dir", str(out_dir)]
     )
     assert rc == 0
     cmeta = natural.read_meta(out_dir)
@@ -226,7 +246,7 @@ def test_tokenize_and_chunk_cli_end_to_end(small_corpus, tokenizer_spec):
 
 def test_chunk_is_deterministic_for_a_seed(small_corpus):
     base, _ = small_corpus
-    spec = _natural_spec(
+    spec = _dataset(
         {"source": "files", "paths": ["a.txt"]},
         {"kind": "bpe", "vocab_size": 300},
         repetition={
@@ -239,7 +259,7 @@ def test_chunk_is_deterministic_for_a_seed(small_corpus):
     natural.tokenize_corpus(spec, base / "tok", base)
     outs = {}
     for name, seed in (("a", 7), ("b", 7), ("c", 8)):
-        natural.chunk_tokens(base / "tok", 24, spec, base / name, seed=seed)
+        natural.chunk_tokens(base / "tok", 24, {**spec, "seed": seed}, base / name)
         outs[name] = [
             (base / name / f).read_bytes()
             for f in ("train.bin", "train_copies.npy", "val.bin", "chunks.json")
@@ -248,17 +268,95 @@ def test_chunk_is_deterministic_for_a_seed(small_corpus):
     assert outs["a"] != outs["c"]
 
 
+def _train_order(out_dir, grid: np.ndarray) -> list[int]:
+    """The stream position of each written training chunk (no copies injected)."""
+    position = {r.tobytes(): i for i, r in enumerate(grid)}
+    return [position[r.tobytes()] for r in open_chunks(out_dir, "train")]
+
+
+def test_chunk_follows_the_dataset_seed(small_corpus):
+    # The dataset's `seed` is documented as the seed of the chunk order; the chunk step used to
+    # ignore it and always shuffle with seed 0.
+    base, _ = small_corpus
+    entry = _natural_spec(
+        {"source": "files", "paths": ["a.txt", "b.jsonl"]},
+        {"kind": "bpe", "vocab_size": 300},
+        val_fraction=0.2,
+    )
+    natural.tokenize_corpus(complete("dataset", entry), base / "tok", base)
+    stream = natural.open_tokens(base / "tok")
+    files = ("train.bin", "train_copies.npy", "val.bin", "val_copies.npy", "chunks.json")
+    outs, orders = {}, {}
+    for name, seed in (("s0", 0), ("s1", 1), ("s1-again", 1)):
+        # Through the chunk step, as the rule runs it: the seed comes from the entry alone.
+        argv = ["--spec", json.dumps({**entry, "seed": seed}), "--source-dir", str(base / "tok")]
+        assert chunk_step.main(argv + ["--context", "16", "--out-dir", str(base / name)]) == 0
+        meta = natural.read_meta(base / name, "chunks")
+        assert meta["seed"] == seed
+        outs[name] = [(base / name / f).read_bytes() for f in files]
+        n, n_train = meta["n_chunks"], meta["n_train"]
+        grid = np.asarray(stream[: n * 16]).reshape(n, 16)
+        orders[name] = _train_order(base / name, grid[:n_train])
+        assert sorted(orders[name]) == list(range(n_train))  # every training chunk, once
+    assert n_train > 20
+    assert orders["s0"] != orders["s1"]  # another seed, another training order
+    assert outs["s1"] == outs["s1-again"]  # the same seed, the same files
+    assert outs["s0"][2] == outs["s1"][2]  # val keeps text order whatever the seed
+    # The function and the step agree: chunk_tokens reads the seed from the completed spec.
+    natural.chunk_tokens(base / "tok", 16, complete("dataset", {**entry, "seed": 1}), base / "fn")
+    assert [(base / "fn" / f).read_bytes() for f in files] == outs["s1"]
+
+
 def test_open_chunks_rejects_a_file_that_disagrees_with_its_sidecar(small_corpus):
     base, _ = small_corpus
-    spec = _natural_spec(
-        {"source": "files", "paths": ["a.txt"]}, {"kind": "bpe", "vocab_size": 300}
-    )
+    spec = _dataset({"source": "files", "paths": ["a.txt"]}, {"kind": "bpe", "vocab_size": 300})
     natural.tokenize_corpus(spec, base / "tok", base)
     natural.chunk_tokens(base / "tok", 8, spec, base / "out")
     with open(base / "out" / "train.bin", "ab") as f:
         f.write(b"\0\0")
     with pytest.raises(ValueError, match="train.bin"):
         open_chunks(base / "out", "train")
+
+
+# --- token dtype -----------------------------------------------------------------------------
+
+
+def test_token_dtype_holds_every_id_up_to_a_vocabulary_of_65536():
+    # One function for every family: the tokenizer's copy used to switch to uint32 at exactly
+    # 65,536 while the Markov one stayed uint16, so the two families disagreed there.
+    assert chunks.token_dtype(2) == np.uint16
+    assert chunks.token_dtype(65_535) == np.uint16
+    assert chunks.token_dtype(65_536) == np.uint16
+    assert chunks.token_dtype(65_537) == np.uint32
+    assert chunks.token_dtype(50_257) == np.uint16  # GPT-2
+    ids = np.array([0, 65_535], dtype=np.int64)  # the largest id of V = 65,536
+    assert ids.astype(chunks.token_dtype(65_536)).tolist() == [0, 65_535]
+    # The natural tokenize path and both Markov paths use that very function.
+    assert natural.token_dtype is chunks.token_dtype
+    assert markov.token_dtype is chunks.token_dtype
+    assert markov_chunks.token_dtype is chunks.token_dtype
+    assert not hasattr(tk, "token_dtype")
+
+
+def test_tokenize_writes_uint16_at_a_vocabulary_of_65536(tmp_path, monkeypatch):
+    # A stand-in tokenizer of exactly 65,536 ids (training a real one would take minutes).
+    class Tokenizer:
+        def get_vocab_size(self):
+            return 65_536
+
+    def build_tokenizer(spec, docs, out_path):
+        out_path.write_text("{}")
+        return Tokenizer()
+
+    monkeypatch.setattr(tk, "build_tokenizer", build_tokenizer)
+    monkeypatch.setattr(tk, "eot_id", lambda tok: 0)
+    monkeypatch.setattr(tk, "encode_documents", lambda tok, docs: iter([np.array([65_535, 0, 7])]))
+    (tmp_path / "a.txt").write_text("one\n\ntwo\n")
+    spec = _dataset({"source": "files", "paths": ["a.txt"]}, {"kind": "bpe", "vocab_size": 300})
+    meta = natural.tokenize_corpus(spec, tmp_path / "tok", tmp_path)
+    assert meta["vocab_size"] == 65_536 and meta["dtype"] == "uint16"
+    assert (tmp_path / "tok" / "tokens.bin").stat().st_size == 2 * 3
+    assert natural.open_tokens(tmp_path / "tok").tolist() == [65_535, 0, 7]
 
 
 # --- repeated-bigram detection and selection -------------------------------------------------
@@ -305,14 +403,16 @@ def test_selection_that_cannot_be_met_raises():
 
 def test_chunk_reports_the_measured_repeat_shares(small_corpus):
     base, _ = small_corpus
-    spec = _natural_spec(
+    spec = _dataset(
         {"source": "files", "paths": ["a.txt", "b.jsonl"]},
         {"kind": "bpe", "vocab_size": 300},
         repetition={"repeated_bigram_fraction": 0.25},
         val_fraction=0.2,
     )
     natural.tokenize_corpus(spec, base / "tok", base)
-    meta = natural.chunk_tokens(base / "tok", 24, spec, base / "out", seed=0)
+    assert spec["seed"] == 0  # the schema's default
+    meta = natural.chunk_tokens(base / "tok", 24, spec, base / "out")
+    assert meta["seed"] == 0
     stream = natural.open_tokens(base / "tok")
     n = meta["n_chunks"]
     grid = np.asarray(stream[: n * 24]).reshape(n, 24)
@@ -362,10 +462,26 @@ def test_copy_positions_are_uniform_over_valid_pairs():
 
 
 def test_copy_length_that_cannot_fit_is_rejected():
-    with pytest.raises(ValueError, match="C=64"):
+    with pytest.raises(ValueError, match=r"hi = 0.6 is too long for C = 64.*make hi <= 0.5"):
         natural.copy_length_range([0.3, 0.6], 64)
+    with pytest.raises(ValueError, match="C=64"):
+        natural.copy_length_range([0.5, 0.25], 64)  # lo > hi
     assert natural.copy_length_range([0.25, 0.5], 64) == (16, 32)
-    with pytest.raises(ValueError, match="copy_length"):
-        natural.normalise_repetition({"copy_fraction": 0.5})
-    with pytest.raises(ValueError, match="unknown"):
-        natural.normalise_repetition({"copy_fractoin": 0.5})
+
+
+def test_repetition_spec_is_checked_and_completed_by_the_schema():
+    # copy_length has a default now, so a bare copy_fraction is complete; unknown keys and
+    # out-of-range shares are the schema's to reject.
+    rep = complete("repetition", {"copy_fraction": 0.5})
+    assert rep == {
+        "copy_fraction": 0.5,
+        "copy_length": [0.25, 0.5],
+        "repeated_bigram_fraction": None,
+    }
+    typo = r"copy_fractoin: unknown key.*did you mean 'copy_fraction'"
+    with pytest.raises(ConfigError, match=typo):
+        complete("repetition", {"copy_fractoin": 0.5})
+    with pytest.raises(ConfigError, match="repeated_bigram_fraction"):
+        complete("repetition", {"repeated_bigram_fraction": 1.5})
+    with pytest.raises(ConfigError, match="copy_length"):
+        complete("repetition", {"copy_length": [0.25]})

@@ -1,4 +1,4 @@
-"""Known-answer tests for the probes of SPEC section 1 (ihsweep.probes)."""
+"""Known-answer tests for the probes of SPEC section 1 (ihsweep.probing.scores)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import math
 import numpy as np
 import pytest
 import torch
-from ihsweep.model import GPT, GPTConfig
-from ihsweep.probes import (
+from ihsweep.probing.scores import (
     associative_recall,
     logit_attribution,
     make_probe_batch,
     prefix_matching_score,
     probe_model,
 )
+from ihsweep.training.model import GPT, GPTConfig
 
 
 def uniform_causal_ps(s: int) -> float:
@@ -56,7 +56,7 @@ def test_prefix_matching_score_hand_made_patterns():
 def uniform_attention_gpt(seed: int = 0) -> GPT:
     """A real GPT whose every head attends uniformly to all causal keys (zero q and k)."""
     torch.manual_seed(seed)
-    cfg = GPTConfig(vocab_size=50, n_ctx=64, n_layer=2, n_head=4, d_model=32)
+    cfg = GPTConfig(vocab_size=50, n_ctx=64, n_layer=2, n_head=4, d_model=32, mlp=True)
     model = GPT(cfg)
     d = cfg.d_model
     with torch.no_grad():
@@ -69,7 +69,9 @@ def uniform_attention_gpt(seed: int = 0) -> GPT:
 def test_probe_model_uniform_attention_gives_closed_form_ps():
     model = uniform_attention_gpt()
     model.train()
-    batch = make_probe_batch(50, context_size=20, n_sequences=3)  # s = 10
+    batch = make_probe_batch(
+        50, context_size=20, n_sequences=3, max_half_length=50, seed=1234
+    )  # s = 10
     heads, summary = probe_model(model, batch)
 
     assert model.training, "probe_model must restore the model's training mode"
@@ -87,7 +89,10 @@ def test_probe_model_uniform_attention_gives_closed_form_ps():
 def test_ps_la_corr_is_nan_when_ps_is_constant():
     # Zeroing q and k also zeroes the pattern's dependence on the input: every head has the same
     # PS, so the correlation across heads is undefined.
-    _, summary = probe_model(uniform_attention_gpt(), make_probe_batch(50, 20, n_sequences=2))
+    _, summary = probe_model(
+        uniform_attention_gpt(),
+        make_probe_batch(50, 20, n_sequences=2, max_half_length=50, seed=1234),
+    )
     assert math.isnan(summary["ps_la_corr"])
 
 
@@ -214,7 +219,7 @@ def reference_ar(logits: torch.Tensor, tokens: torch.Tensor) -> tuple[float, flo
 def random_gpt(seed: int = 0) -> GPT:
     """A small random GPT with large weights, so that scores differ from head to head."""
     torch.manual_seed(seed)
-    model = GPT(GPTConfig(vocab_size=50, n_ctx=64, n_layer=2, n_head=4, d_model=32))
+    model = GPT(GPTConfig(vocab_size=50, n_ctx=64, n_layer=2, n_head=4, d_model=32, mlp=True))
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "ln" not in name:
@@ -222,10 +227,47 @@ def random_gpt(seed: int = 0) -> GPT:
     return model.eval()
 
 
+@pytest.mark.parametrize("mlp", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@torch.no_grad()
+def test_probe_path_gives_the_training_paths_logits(mlp, dtype):
+    # The probes read attention from the explicit path (cache=True); the model was trained,
+    # and is evaluated, through the fused scaled_dot_product_attention path. Both must be the
+    # same function of the weights, or the probes describe a different model. Default init in
+    # float32 (the trained models' dtype) and large random weights in float64.
+    torch.manual_seed(1)
+    cfg = GPTConfig(vocab_size=50, n_ctx=24, n_layer=2, n_head=4, d_model=32, mlp=mlp)
+    model = GPT(cfg).to(dtype)
+    if dtype == torch.float64:
+        for name, p in model.named_parameters():
+            if "ln" not in name:
+                p.normal_(0.0, 0.5)
+    model.eval()
+    assert (model.blocks[0].mlp is not None) == mlp
+    x = torch.randint(0, cfg.vocab_size, (3, cfg.n_ctx), generator=torch.Generator().manual_seed(2))
+    for tokens in (x, x[:, :7]):  # the full context and a shorter sequence
+        logits = model(tokens)
+        cached, act = model(tokens, cache=True)
+        assert logits.dtype == cached.dtype == dtype
+        assert logits.shape == (3, tokens.shape[1], cfg.vocab_size)
+        assert logits.std() > (1e-2 if dtype == torch.float32 else 1.0)  # not a trivial model
+        atol = 1e-6 if dtype == torch.float32 else 1e-10
+        torch.testing.assert_close(cached, logits, rtol=0, atol=atol)
+        t = tokens.shape[1]
+        assert len(act["pattern"]) == len(act["z"]) == cfg.n_layer
+        for pattern, z in zip(act["pattern"], act["z"], strict=True):
+            assert pattern.shape == (3, cfg.n_head, t, t)
+            assert z.shape == (3, t, cfg.n_head, cfg.d_head)
+            assert torch.all(pattern.triu(diagonal=1) == 0)  # causal
+            torch.testing.assert_close(pattern.sum(-1), torch.ones_like(pattern[..., 0]))
+        if dtype == torch.float64:  # attention far from uniform (1/t): the check has teeth
+            assert min(float(p[..., -1, :].max()) for p in act["pattern"]) > 0.5
+
+
 @torch.no_grad()
 def test_probes_match_literal_reference_on_random_gpt():
     model = random_gpt()
-    batch = make_probe_batch(50, context_size=20, n_sequences=7)
+    batch = make_probe_batch(50, context_size=20, n_sequences=7, max_half_length=50, seed=1234)
     heads, summary = probe_model(model, batch)
     ps, la = reference_ps_la(model, batch)
     acc, rank = reference_ar(model(batch), batch)
@@ -243,7 +285,7 @@ def test_probes_match_literal_reference_on_random_gpt():
 def test_associative_recall_matches_literal_reference_with_many_ties():
     # A random model almost never ranks B first; small integer logits make rank 0 and ties common.
     gen = torch.Generator().manual_seed(0)
-    tokens = make_probe_batch(12, 16, n_sequences=7, seed=5)  # s = 8
+    tokens = make_probe_batch(12, 16, n_sequences=7, seed=5, max_half_length=50)  # s = 8
     logits = torch.randint(0, 4, (7, 16, 12), generator=gen).float()
     acc, rank = associative_recall(logits, tokens, 8)
     ref_acc, ref_rank = reference_ar(logits, tokens)
@@ -254,7 +296,7 @@ def test_associative_recall_matches_literal_reference_with_many_ties():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_probe_model_on_cuda_matches_cpu():
-    batch = make_probe_batch(50, context_size=20, n_sequences=7)
+    batch = make_probe_batch(50, context_size=20, n_sequences=7, max_half_length=50, seed=1234)
     heads_cpu, summary_cpu = probe_model(random_gpt(), batch)
     heads_gpu, summary_gpu = probe_model(random_gpt().cuda(), batch)  # batch stays on CPU
     np.testing.assert_allclose(heads_gpu[["ps", "la"]], heads_cpu[["ps", "la"]], atol=1e-4)
@@ -266,7 +308,7 @@ def test_probe_model_on_cuda_matches_cpu():
 
 @pytest.mark.parametrize(("context_size", "s"), [(20, 10), (21, 10), (100, 50), (1000, 50)])
 def test_make_probe_batch_shape_and_structure(context_size, s):
-    batch = make_probe_batch(200, context_size, n_sequences=9, seed=7)
+    batch = make_probe_batch(200, context_size, n_sequences=9, seed=7, max_half_length=50)
     assert batch.dtype == torch.long and batch.shape == (9, 2 * s)
     first = batch[:, :s]
     assert torch.equal(batch[:, s:], first)
@@ -275,19 +317,22 @@ def test_make_probe_batch_shape_and_structure(context_size, s):
 
 
 def test_make_probe_batch_half_length_cap_is_configurable():
-    assert make_probe_batch(100, 1000, n_sequences=2, max_half_length=30).shape == (2, 60)
+    assert make_probe_batch(100, 1000, n_sequences=2, max_half_length=30, seed=1234).shape == (
+        2,
+        60,
+    )
 
 
 def test_make_probe_batch_is_deterministic_per_seed():
-    a = make_probe_batch(500, 64, n_sequences=5, seed=3)
-    assert torch.equal(a, make_probe_batch(500, 64, n_sequences=5, seed=3))
-    assert not torch.equal(a, make_probe_batch(500, 64, n_sequences=5, seed=4))
+    a = make_probe_batch(500, 64, n_sequences=5, seed=3, max_half_length=50)
+    assert torch.equal(a, make_probe_batch(500, 64, n_sequences=5, seed=3, max_half_length=50))
+    assert not torch.equal(a, make_probe_batch(500, 64, n_sequences=5, seed=4, max_half_length=50))
 
 
 def test_make_probe_batch_draws_uniformly():
     # 20,000 draws of 5 ids from 10: every id should appear at every position about 2,000 times
     # (binomial sd ~42). Fixed seed, so this is not flaky; a sorted or biased draw fails it.
-    batch = make_probe_batch(10, 10, n_sequences=20_000, seed=0)
+    batch = make_probe_batch(10, 10, n_sequences=20_000, seed=0, max_half_length=50)
     for pos in range(5):
         counts = torch.bincount(batch[:, pos], minlength=10)
         assert int((counts - 2000).abs().max()) < 250, counts
@@ -296,12 +341,12 @@ def test_make_probe_batch_draws_uniformly():
 @pytest.mark.parametrize(("vocab", "context"), [(5, 20), (100, 3), (100, 0)])
 def test_make_probe_batch_rejects_impossible_sizes(vocab, context):
     with pytest.raises(ValueError, match="half-length"):
-        make_probe_batch(vocab, context)
+        make_probe_batch(vocab, context, n_sequences=100, max_half_length=50, seed=1234)
 
 
 def test_probe_model_rejects_a_batch_that_is_not_repeated():
     model = uniform_attention_gpt()
-    batch = make_probe_batch(50, 20, n_sequences=2)
+    batch = make_probe_batch(50, 20, n_sequences=2, max_half_length=50, seed=1234)
     batch[0, -1] = (batch[0, -1] + 1) % 50
     with pytest.raises(ValueError, match="repeated"):
         probe_model(model, batch)

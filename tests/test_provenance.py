@@ -1,44 +1,102 @@
-"""The config hash of provenance.json: the study definition, not where or how it runs."""
+"""The config hash of provenance.json: the study definition, not where or how it runs.
+
+Where and how a study runs lives in its ``execution`` section (``ihsweep.config``), so the hash
+is that of the config without it (``ihsweep.config.study_definition``): changing anything under
+``execution`` keeps the hash, changing anything else changes it.
+"""
 
 from __future__ import annotations
 
 import copy
 
-from ihsweep.provenance import config_sha256, study_definition
+import pytest
+import yaml
+from conftest import SCHEMA, study_text
+from ihsweep.config import prepare, study_definition
+from ihsweep.provenance import config_sha256
 
 CONFIG = {
-    "models": {"w64": {"n_layer": 2, "d_model": 64, "tokens_per_second": 200000}},
-    "training": {"tokens": 3000000, "lr": 0.006, "device": "auto", "threads": 1,
-                 "progress_seconds": 15, "log_every": 50},
-    "resources": {"gpu": 1, "train_mem_mb": 16000},
+    "models": {"w64": {"n_layer": 2, "d_model": 64}},
+    "training": {"tokens": 3000000, "lr": 0.006, "log_every": 50},
+    "emergence": {"metric": "ps_max", "method": "sigmoid", "min_rise": 0.05},
+    "execution": {"device": "auto", "threads": 1, "progress_seconds": 15, "gpu": 1,
+                  "train_mem_mb": 16000, "tokens_per_second": 200000},
 }  # fmt: skip
+EXECUTION_EDITS = {
+    "device": "cuda:1",
+    "threads": 8,
+    "progress_seconds": 60,
+    "gpu": 4,
+    "gpu_model": "a100",
+    "train_mem_mb": 64000,
+    "probe_mem_mb": 32000,
+    "tokens_per_second": {"w64": 1e6},
+    "overhead_minutes": 3,
+    "safety": 2.0,
+    "probe_minutes": 90,
+}
+STUDY_EDITS = [
+    ("training", "lr", 0.003),
+    ("training", "log_every", 10),
+    ("training", "tokens", 4000000),
+    ("models", "w64", {"n_layer": 2, "d_model": 32}),
+    ("emergence", "method", "breakpoint"),
+    ("emergence", "min_rise", 0.1),
+]
 
 
-def changed(**edits) -> dict:
+def changed(section: str, key: str, value) -> dict:
     config = copy.deepcopy(CONFIG)
-    for path, value in edits.items():
-        section, key = path.split("__")
-        config[section][key] = value
+    config.setdefault(section, {})[key] = value
     return config
 
 
+def test_study_definition_is_the_config_without_execution():
+    before = copy.deepcopy(CONFIG)
+    study = study_definition(CONFIG)
+    assert study == {k: v for k, v in before.items() if k != "execution"}
+    assert "execution" not in study and set(study) == {"models", "training", "emergence"}
+    assert CONFIG == before  # the input is not changed
+
+
 def test_execution_settings_do_not_change_the_hash():
-    same = [
-        changed(training__device="cuda", training__threads=8, training__progress_seconds=60),
-        changed(resources__gpu=4, resources__train_mem_mb=64000),
-        {**CONFIG, "models": {"w64": {**CONFIG["models"]["w64"], "tokens_per_second": 1e6}}},
-    ]
+    same = [changed("execution", key, value) for key, value in EXECUTION_EDITS.items()]
+    same.append({**CONFIG, "execution": EXECUTION_EDITS})  # all of them at once
+    same.append({k: v for k, v in CONFIG.items() if k != "execution"})  # none at all
     assert {config_sha256(c) for c in same} == {config_sha256(CONFIG)}
-    assert study_definition(CONFIG) == {
-        "models": {"w64": {"n_layer": 2, "d_model": 64}},
-        "training": {"tokens": 3000000, "lr": 0.006, "log_every": 50},
-    }
-    assert CONFIG["resources"] == {"gpu": 1, "train_mem_mb": 16000}  # the input is not changed
 
 
 def test_what_a_study_computes_changes_the_hash():
-    hashes = {
-        config_sha256(c)
-        for c in (CONFIG, changed(training__lr=0.003), changed(training__log_every=10))
-    }
-    assert len(hashes) == 3
+    hashes = [config_sha256(CONFIG)] + [config_sha256(changed(*edit)) for edit in STUDY_EDITS]
+    assert len(set(hashes)) == len(STUDY_EDITS) + 1
+
+
+def prepared(**sections) -> dict:
+    """A tiny test study as ``prepare`` leaves it, validated with every default filled in;
+    ``sections`` replace (or add) top-level sections."""
+    return prepare({**yaml.safe_load(study_text("base")), **sections}, SCHEMA).config
+
+
+def test_prepared_study_keeps_its_hash_wherever_it_runs():
+    # prepare fills `execution` with the schema's defaults; other values must hash the same.
+    base = prepared()
+    assert base["execution"]["device"] == "auto"
+    elsewhere = prepared(execution=copy.deepcopy(EXECUTION_EDITS))
+    assert elsewhere["execution"]["threads"] == 8 and elsewhere["execution"]["gpu"] == 4
+    assert config_sha256(elsewhere) == config_sha256(base)
+
+
+@pytest.mark.parametrize(
+    "sections",
+    [
+        {"emergence": {"method": "sigmoid"}},
+        {"lawfit": {"seed": 1}},
+        {"probe": {"seed": 1}},
+        {"checkpoints": {"start": 31250, "linear_from": 1000000, "every": 250000}},
+    ],
+)
+def test_prepared_study_change_changes_the_hash(sections):
+    base = prepared()
+    other = prepared(**copy.deepcopy(sections))
+    assert study_definition(other) != study_definition(base)
+    assert config_sha256(other) != config_sha256(base)

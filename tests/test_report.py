@@ -1,7 +1,7 @@
 """Figures, provenance and the Snakemake report of a finished tiny study (real CLI, real files).
 
-One module-scoped study (natural data at two batch sizes, and a two-cell Markov grid) is run
-once; then:
+One module-scoped study (tests/studies/report.yaml: natural data at two batch sizes, and a
+two-cell Markov grid) is run once; then:
 
 - deleting every figure folder and running the ``figures`` target rebuilds them byte for byte
   and starts no training or probe job;
@@ -24,42 +24,35 @@ from types import SimpleNamespace
 
 import pytest
 from browser import CHROMIUM, Chromium
-from ihsweep.aggregate import FIGURES as NATURAL_FIGURES
-from test_workflow import job_stats, run_study, snakemake
+from conftest import job_stats, run_study, snakemake, study_text
+from ihsweep import layout
+from ihsweep.config import Run
 
 pytestmark = pytest.mark.slow
 
-CONFIG = """\
-models:
-  tiny: {n_layer: 2, n_head: 4, d_model: 32, mlp: false, n_ctx: 64}
-datasets:
-  kjv: {family: natural, corpus: {source: kjv}, tokenizer: {kind: bpe, vocab_size: 300}}
-  semi:
-    family: markov
-    chain: {kind: bigram, source: kjv, vocab_cap: 64}
-    frequency: [0.3, 0.5]
-    reliability: 0.5
-    n_train_sequences: 1000
-    n_val_sequences: 200
-runs:
-  - {data: kjv, model: tiny, batch_size: [4, 8], context_size: 16, seed: 0}
-  - {data: semi, model: tiny, batch_size: 8, context_size: 32, seed: 0}
-training: {tokens: 20000, lr: 0.003}
-checkpoints: {tokens: [5000, 10000, 20000]}
-"""
-FIGURE_DIRS = ["results/natural/figures", "results/markov/figures"]
-RUNS = ["kjv/tiny/B4-C16-s0", "kjv/tiny/B8-C16-s0"]
-MARKOV_RUNS = ["semi-f0.3-r0.5/tiny/B8-C32-s0", "semi-f0.5-r0.5/tiny/B8-C32-s0"]
+CONFIG = study_text("report")
+FIGURE_DIRS = [f"{layout.NATURAL}/figures", f"{layout.MARKOV}/figures"]
+RUNS = [Run("kjv", "tiny", 4, 16, 0), Run("kjv", "tiny", 8, 16, 0)]
+MARKOV_RUNS = [Run("semi-f0.3-r0.5", "tiny", 8, 32, 0), Run("semi-f0.5-r0.5", "tiny", 8, 32, 0)]
+
+
+def run_figure_dir(run: Run) -> str:
+    """A run's figures/ folder: its figure files and their provenance record."""
+    return str(Path(layout.run_figures(run)[0]).parent)
+
+
 # Every result in the report: figures (None), and tables with their number of rows.
 RESULTS = {
-    **{f"results/natural/figures/{fig}.png": None for fig in NATURAL_FIGURES},
-    "results/markov/figures/frontier-semi-tiny-B8-C32.png": None,
-    "results/markov/figures/generator.png": None,
-    **{f"results/runs/{run}/figures/run.png": None for run in RUNS + MARKOV_RUNS},
-    "results/natural/emergence.html": len(RUNS),
-    "results/natural/lawfit.html": 7,  # a, b, log10 T, c, r, leave-one-out error, n runs
-    "results/markov/emergence.html": len(MARKOV_RUNS),
+    **{f: None for f in layout.figure_files(layout.NATURAL_FIGURES, layout.NATURAL)[::2]},
+    **{f: None for f in layout.figure_files(["frontier-semi-tiny-B8-C32"], layout.MARKOV)[::2]},
+    **{f: None for f in layout.figure_files(["generator"], layout.MARKOV)[::2]},
+    **{layout.run_figures(run)[0]: None for run in RUNS + MARKOV_RUNS},
+    layout.aggregate_file("emergence.html", layout.NATURAL): len(RUNS),
+    # a, b, log10 T, c, r, leave-one-out error, n runs
+    layout.aggregate_file("lawfit.html", layout.NATURAL): 7,
+    layout.aggregate_file("emergence.html", layout.MARKOV): len(MARKOV_RUNS),
 }
+assert all(f.endswith((".png", ".html")) for f in RESULTS)
 
 
 @pytest.fixture(scope="module")
@@ -74,9 +67,7 @@ def figure_files(workdir: Path) -> dict[str, bytes]:
     paths = [p for d in FIGURE_DIRS for p in (workdir / d).iterdir()]
     paths += [workdir / p for p in RESULTS if p.endswith(".html")]
     paths += [
-        p
-        for run in RUNS + MARKOV_RUNS
-        for p in (workdir / "results/runs" / run).glob("figures/run.*")
+        p for run in RUNS + MARKOV_RUNS for p in (workdir / run_figure_dir(run)).glob("run.*")
     ]
     return {str(p.relative_to(workdir)): p.read_bytes() for p in paths}
 
@@ -87,7 +78,7 @@ def test_figures_target_rebuilds_byte_identical_files_without_training(study):
     for folder in FIGURE_DIRS:
         shutil.rmtree(study.dir / folder)
     for run in RUNS + MARKOV_RUNS:
-        shutil.rmtree(study.dir / "results/runs" / run / "figures")
+        shutil.rmtree(study.dir / run_figure_dir(run))
     rerun = snakemake(study.dir, "figures")
     assert rerun.rc == 0, rerun.out[-4000:]
     stats = job_stats(rerun.out)
@@ -96,8 +87,8 @@ def test_figures_target_rebuilds_byte_identical_files_without_training(study):
 
 
 def test_every_output_folder_records_its_provenance(study):
-    folders = ["results/natural", "results/markov"]
-    folders += [f"results/runs/{run}/figures" for run in RUNS + MARKOV_RUNS]
+    folders = [layout.NATURAL, layout.MARKOV]
+    folders += [run_figure_dir(run) for run in RUNS + MARKOV_RUNS]
     hashes = set()
     for folder in folders:
         record = json.loads((study.dir / folder / "provenance.json").read_text())
@@ -106,8 +97,9 @@ def test_every_output_folder_records_its_provenance(study):
         assert record["runs"] and record["outputs"]
         hashes.add(record["config_sha256"])
     assert len(hashes) == 1
-    natural = json.loads((study.dir / "results/natural/provenance.json").read_text())
-    assert natural["runs"] == RUNS
+    natural = json.loads((study.dir / layout.NATURAL / layout.PROVENANCE).read_text())
+    assert natural["runs"] == ["kjv/tiny/B4-C16-s0", "kjv/tiny/B8-C16-s0"]
+    assert natural["runs"] == [run.id for run in RUNS]
     assert "figures/law_fit.png" in natural["outputs"]
 
 
@@ -136,7 +128,7 @@ def test_report_zip_holds_every_result_as_a_file(study, reports):
     names = sorted(p.name for p in folder.rglob("*") if p.is_file() and p != reports["zip"])
     assert names == sorted(Path(p).name for p in RESULTS)
     law_fit = next(folder.rglob("law_fit.png")).read_bytes()
-    assert law_fit == (study.dir / "results/natural/figures/law_fit.png").read_bytes()
+    assert law_fit == (study.dir / layout.NATURAL / "figures/law_fit.png").read_bytes()
 
 
 # The report is a React app: the menu lists categories, a category its subcategories, a

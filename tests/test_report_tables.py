@@ -6,8 +6,8 @@ import math
 import re
 
 import pandas as pd
-from ihsweep.aggregate import fit_table
-from ihsweep.report_tables import law_fit, markov_emergence, natural_emergence
+from ihsweep.analysis.lawfit import fit_table
+from ihsweep.report.tables import law_fit, markov_emergence, natural_emergence
 
 
 def cells(page: str) -> list[list[str]]:

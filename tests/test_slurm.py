@@ -32,9 +32,11 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from ihsweep.checkpoints import list_checkpoints, load_weights
+from conftest import REPO, job_stats, study_text
+from ihsweep import layout
+from ihsweep.config import Run
+from ihsweep.training.checkpoints import list_checkpoints, load_weights
 from slurm_cluster import LocalSlurm, missing_requirements
-from test_workflow import REPO, job_stats
 
 pytestmark = [
     pytest.mark.slow,
@@ -47,22 +49,13 @@ FAST_POLLING = (
 )  # fmt: skip
 TIMEOUT = 900
 
-SMALL = """\
-models:
-  tiny: {n_layer: 2, n_head: 4, d_model: 32, mlp: false, n_ctx: 64}
-datasets:
-  kjv: {family: natural, corpus: {source: kjv}, tokenizer: {kind: bpe, vocab_size: 300}}
-runs:
-  - {data: kjv, model: tiny, batch_size: 8, context_size: [16, 32], seed: 0}
-training: {tokens: 20000, lr: 0.003}
-checkpoints: {tokens: [5000, 10000, 20000]}
-resources: {train_mem_mb: 1000, probe_mem_mb: 1000}
-"""
+SMALL = study_text("slurm")
 # Long enough to interrupt: ~6k updates, a checkpoint (and resume state) every 100k tokens.
 LONG = SMALL.replace("training: {tokens: 20000,", "training: {tokens: 1500000,").replace(
     "checkpoints: {tokens: [5000, 10000, 20000]}",
     "checkpoints: {start: 50000, linear_from: 100000, every: 100000}",
 )
+assert "tokens: 1500000" in LONG and "every: 100000" in LONG, "tests/studies/slurm.yaml changed"
 
 
 @pytest.fixture(scope="module")
@@ -81,6 +74,7 @@ def driver_cmd(workdir: Path, *args: str) -> list[str]:
 
 
 def snakemake(workdir: Path, *args: str) -> SimpleNamespace:
+    """``snakemake --profile slurm`` in ``workdir`` (conftest's ``snakemake`` runs locally)."""
     t0 = time.monotonic()
     proc = subprocess.run(
         driver_cmd(workdir, *args), capture_output=True, text=True, timeout=TIMEOUT, cwd=workdir
@@ -102,8 +96,17 @@ def new_study(tmp_path: Path, config: str) -> Path:
     return tmp_path
 
 
+def run_at(ctx: int) -> Run:
+    """The study's run at context size ``ctx`` (both studies here train B = 8 on kjv)."""
+    return Run("kjv", "tiny", 8, ctx, 0)
+
+
+def run_dir(workdir: Path, ctx: int) -> Path:
+    return workdir / layout.run_dir(run_at(ctx))
+
+
 def train_log(workdir: Path, ctx: int) -> str:
-    path = workdir / f"results/logs/train/kjv/tiny/B8-C{ctx}-s0.log"
+    path = workdir / layout.log("train", run_at(ctx).id)
     return path.read_text() if path.exists() else ""
 
 
@@ -166,18 +169,18 @@ def test_smallest_study_completes_under_slurm(small):
     # Every non-local job went through sbatch; the aggregate ran beside the driver.
     assert len(submitted_ids(out)) == stats["tokenize"] + stats["chunk"] + 2 * 2
     assert "localrule aggregate_natural" in out and "localrule run_figure" in out
-    assert (small.dir / "results/natural/figures/law_fit.png").is_file()
+    assert all((small.dir / f).is_file() for f in layout.natural_outputs())
     for ctx in (16, 32):
-        run = json.loads((small.dir / f"results/runs/kjv/tiny/B8-C{ctx}-s0/run.json").read_text())
+        run = json.loads((run_dir(small.dir, ctx) / layout.RUN_JSON).read_text())
         assert run["tokens"] == 20000 // (8 * ctx) * 8 * ctx
     print(f"smallest study under SLURM: {small.first.seconds:.0f} s for {sum(stats.values())} jobs")
 
 
 def test_deleting_one_run_reruns_only_its_jobs_under_slurm(small):
-    keep = small.dir / "results/runs/kjv/tiny/B8-C16-s0"
+    keep = run_dir(small.dir, 16)
     kept = {p: p.stat().st_mtime_ns for p in keep.rglob("*") if p.is_file()}
     # The README's recipe: delete the run folder (its saved state and its figure too).
-    subprocess.run(["rm", "-r", str(small.dir / "results/runs/kjv/tiny/B8-C32-s0")], check=True)
+    subprocess.run(["rm", "-r", str(run_dir(small.dir, 32))], check=True)
     rerun = snakemake(small.dir)
     assert rerun.rc == 0, rerun.out[-6000:]
     assert job_stats(rerun.out) == {
@@ -212,29 +215,29 @@ def test_scancel_mid_training_resumes_from_saved_state(cluster, tmp_path, scance
     assert len(resumed) == 1 and resumed[0] >= 1500, log[-3000:]
     # Saved on the signal, not at a checkpoint (Snakemake starts the retry's log afresh, so the
     # first attempt's "state saved" line is gone; the step says it).
-    spec = list_checkpoints(workdir / "results/runs/kjv/tiny/B8-C32-s0")[0]["spec"]
+    spec = list_checkpoints(run_dir(workdir, 32))[0]["spec"]
     assert resumed[0] not in spec["checkpoint_steps"]
     print(f"scancel {scancel_args} at step >= 1500: the retry resumed at step {resumed[0]}")
 
     # The same run uninterrupted, on this machine without SLURM: the same weights, bit for bit.
-    run_dir = workdir / "results/runs/kjv/tiny/B8-C32-s0"
-    spec = list_checkpoints(run_dir)[0]["spec"]
+    interrupted = run_dir(workdir, 32)
+    spec = list_checkpoints(interrupted)[0]["spec"]
     reference = tmp_path / "reference"
     subprocess.run(
         [
-            sys.executable, "-m", "ihsweep.train", "--spec", json.dumps(spec),
-            "--data-dir", str(workdir / "results/data/kjv/C32"), "--run-dir", str(reference),
+            sys.executable, "-m", "ihsweep.steps.train", "--spec", json.dumps(spec),
+            "--data-dir", str(workdir / layout.chunk_dir("kjv", 32)), "--run-dir", str(reference),
             "--device", "cpu", "--threads", "1",
         ],
         check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO / "workflow")},
     )  # fmt: skip
-    assert_same_weights(final_weights(run_dir), final_weights(reference))
+    assert_same_weights(final_weights(interrupted), final_weights(reference))
 
 
 def test_killed_driver_and_job_recover_as_documented(cluster, tmp_path):
     # One job at a time: one run finishes (job and all) before the other one trains.
     workdir = new_study(tmp_path, LONG)
-    run_json = {ctx: workdir / f"results/runs/kjv/tiny/B8-C{ctx}-s0/run.json" for ctx in (16, 32)}
+    run_json = {ctx: run_dir(workdir, ctx) / layout.RUN_JSON for ctx in (16, 32)}
 
     def one_done_other_training():
         for done, other in ((16, 32), (32, 16)):

@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from test_workflow import REPO, job_stats
+from conftest import REPO, job_stats
 
 pytestmark = pytest.mark.slow
 

@@ -1,10 +1,12 @@
-"""Training (ihsweep.train): exact resumption, the schedule, the sampler and the checkpoint files.
+"""Training (ihsweep.training.loop): exact resumption, schedule, sampler, checkpoint files.
 
 The runs here are tiny (a 2-layer, d=32 model on a random 64-token chunked dataset of C = 32), so
-a few hundred updates take seconds on one CPU thread. The central promise of train.py is that a
-run killed at any moment and restarted ends with the same weights, bit for bit on the CPU, as an
-uninterrupted run; the resume tests check it through the real command line, with SIGKILL (resume
-from the last checkpoint) and SIGTERM (state saved at the next step, exit code 75).
+a few hundred updates take seconds on one CPU thread. The central promise of the training loop
+is that a run killed at any moment and restarted ends with the same weights, bit for bit on the
+CPU, as an uninterrupted run; the resume tests check it through the real command line
+(``python -m ihsweep.steps.train``), with SIGKILL (resume from the last checkpoint) and SIGTERM
+(state saved at the next step, exit code 75). Every run also leaves ``progress.json``, the
+record ``ihsweep.status`` reads: done, interrupted, or failed with the error that stopped it.
 """
 
 from __future__ import annotations
@@ -25,20 +27,33 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from ihsweep.checkpoints import (
+from conftest import REPO, SCHEMA
+from ihsweep.config import complete, prepare
+from ihsweep.layout import PROGRESS_JSON
+from ihsweep.steps import train as train_step
+from ihsweep.training import loop
+from ihsweep.training.checkpoints import (
     list_checkpoints,
     load_resume_state,
     save_checkpoint,
     save_resume_state,
 )
-from ihsweep.config import prepare
-from ihsweep.model import GPT, GPTConfig
-from ihsweep.train import EXIT_INTERRUPTED, ChunkSampler, Progress, lr_at, spec_hash, train
+from ihsweep.training.loop import (
+    EXIT_INTERRUPTED,
+    ChunkSampler,
+    Progress,
+    lr_at,
+    read_progress,
+    spec_hash,
+    train,
+)
+from ihsweep.training.model import GPT, GPTConfig
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-REPO = Path(__file__).resolve().parents[1]
-SCHEMA = REPO / "workflow" / "schemas" / "config.schema.yaml"
+# Execution settings of the in-process runs (train() has no defaults for them): one CPU thread,
+# the schema's progress interval. The command-line runs pass --device cpu --threads 1.
+CPU = {"device": "cpu", "threads": 1, "progress_seconds": 15}
 V, C = 64, 32  # vocabulary and context size of the toy dataset
 B = 4
 STEPS, EVERY = 300, 30  # the resume runs: 300 updates, a checkpoint every 30
@@ -93,8 +108,6 @@ def make_spec(
         "training": {
             "tokens": steps * B * C,
             "lr": lr,
-            "device": "cpu",
-            "threads": 1,
             "log_every": log_every,
             "val_batches": 2,
             **training,
@@ -113,13 +126,17 @@ def train_cmd(spec: dict, data_dir: Path, run_dir: Path) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "ihsweep.train",
+        "ihsweep.steps.train",
         "--spec",
         json.dumps(spec),
         "--data-dir",
         str(data_dir),
         "--run-dir",
         str(run_dir),
+        "--device",
+        "cpu",
+        "--threads",
+        "1",
     ]
 
 
@@ -216,6 +233,8 @@ def reference(tmp_path_factory, data_dir) -> dict:
     run_dir = tmp_path_factory.mktemp("reference") / "run"
     out = run_to_end(spec, data_dir, run_dir)
     assert "resuming" not in out
+    progress = read_progress(run_dir)
+    assert progress["state"] == "done" and progress["tokens"] == progress["budget"] == STEPS * B * C
     return {
         "spec": spec,
         "run_dir": run_dir,
@@ -252,6 +271,9 @@ def test_sigkill_then_rerun_resumes_from_last_checkpoint_bit_for_bit(reference, 
     assert not (run_dir / "run.json").exists(), "a killed run must not look finished"
     saved = saved_checkpoint_steps(run_dir)
     logged = last_train_step(run_dir)
+    # Killed without a word: the record still says running (status calls it failed once stale).
+    progress = read_progress(run_dir)
+    assert progress["state"] == "running" and progress["step"] <= logged
     assert kill_after <= logged < spec["total_steps"]
     assert saved and saved == [s for s in ckpts if s <= saved[-1]]
     assert saved[-1] >= ckpts[1]
@@ -272,6 +294,7 @@ def test_sigkill_then_rerun_resumes_from_last_checkpoint_bit_for_bit(reference, 
         assert step in saved[-2:]
 
     assert (run_dir / "run.json").exists()
+    assert read_progress(run_dir)["state"] == "done"
     assert saved_checkpoint_steps(run_dir) == ckpts
     assert_same_tensors(final_weights(run_dir), reference["weights"])
     assert_loss_log_clean(run_dir, spec)
@@ -312,9 +335,13 @@ def test_sigterm_saves_state_exits_75_and_rerun_resumes_there(reference, data_di
     assert int(state["step"]) == stopped
     assert last_train_step(run_dir) == stopped
     assert saved_checkpoint_steps(run_dir) == [s for s in ckpts if s <= stopped]
+    progress = read_progress(run_dir)
+    assert progress["state"] == "interrupted" and progress["signal"] == signal.SIGTERM
+    assert progress["step"] == stopped and progress["tokens"] == stopped * B * C
 
     out = run_to_end(spec, data_dir, run_dir)
     assert re.findall(r"resuming at step (\d+)/", out) == [str(stopped)]
+    assert read_progress(run_dir)["state"] == "done"
     assert_same_tensors(final_weights(run_dir), reference["weights"])
     assert_loss_log_clean(run_dir, spec)
     assert (run_dir / "loss.csv").read_text() == reference["loss_csv"]
@@ -326,12 +353,14 @@ def test_stop_after_step_then_resume_in_process_matches(reference, data_dir, tmp
     assert stop not in spec["checkpoint_steps"]
     run_dir = tmp_path / "run"
 
-    assert train(spec, data_dir, run_dir, stop_after_step=stop) == {}
+    assert train(spec, data_dir, run_dir, **CPU, stop_after_step=stop) == {}
     assert not (run_dir / "run.json").exists()
     assert int(load_resume_state(run_dir)["step"]) == stop
     assert saved_checkpoint_steps(run_dir) == [30, 60]
+    progress = read_progress(run_dir)
+    assert progress["state"] == "interrupted" and progress["step"] == stop
 
-    summary = train(spec, data_dir, run_dir)
+    summary = train(spec, data_dir, run_dir, **CPU)
     out = capsys.readouterr().out
     assert f"resuming at step {stop}/{spec['total_steps']}" in out
     assert summary["checkpoints"] == spec["checkpoint_steps"]
@@ -346,11 +375,11 @@ def test_stop_after_step_then_resume_in_process_matches(reference, data_dir, tmp
 def test_rerun_of_a_finished_run_changes_nothing(tmp_path, data_dir, capsys):
     spec = make_spec(steps=40, every=20)
     run_dir = tmp_path / "run"
-    train(spec, data_dir, run_dir)
+    train(spec, data_dir, run_dir, **CPU)
     weights = final_weights(run_dir)
     loss_csv = (run_dir / "loss.csv").read_text()
     capsys.readouterr()
-    summary = train(spec, data_dir, run_dir)
+    summary = train(spec, data_dir, run_dir, **CPU)
     assert "resuming at step 40/40" in capsys.readouterr().out
     assert summary["checkpoints"] == [20, 40]
     assert_same_tensors(final_weights(run_dir), weights)
@@ -360,9 +389,9 @@ def test_rerun_of_a_finished_run_changes_nothing(tmp_path, data_dir, capsys):
 def test_resume_between_log_lines_records_the_same_train_loss(tmp_path, data_dir):
     spec = make_spec(steps=60, every=30, log_every=10)
     ref_dir, run_dir = tmp_path / "ref", tmp_path / "run"
-    train(spec, data_dir, ref_dir)
-    train(spec, data_dir, run_dir, stop_after_step=25)
-    train(spec, data_dir, run_dir)
+    train(spec, data_dir, ref_dir, **CPU)
+    train(spec, data_dir, run_dir, **CPU, stop_after_step=25)
+    train(spec, data_dir, run_dir, **CPU)
     assert_same_tensors(final_weights(run_dir), final_weights(ref_dir))  # the weights do agree
     for got, want in zip(list_checkpoints(run_dir), list_checkpoints(ref_dir), strict=True):
         assert got["train_loss"] == want["train_loss"], got["step"]
@@ -375,14 +404,14 @@ def test_changed_spec_starts_afresh(tmp_path, data_dir, capsys):
     assert spec_hash(changed) != spec_hash(spec)
     run_dir, fresh_dir = tmp_path / "run", tmp_path / "fresh"
 
-    train(spec, data_dir, run_dir, stop_after_step=45)
+    train(spec, data_dir, run_dir, **CPU, stop_after_step=45)
     assert saved_checkpoint_steps(run_dir) == [20, 40]
     old_weights = load_file(run_dir / "ckpt" / "step_000020.safetensors")
     (run_dir / "probes").mkdir()
     (run_dir / "probes" / "heads.parquet").write_text("stale")
     capsys.readouterr()
 
-    train(changed, data_dir, run_dir, stop_after_step=10)
+    train(changed, data_dir, run_dir, **CPU, stop_after_step=10)
     out = capsys.readouterr().out
     assert "spec changed since the saved state: starting afresh" in out
     assert "resuming" not in out
@@ -391,9 +420,9 @@ def test_changed_spec_starts_afresh(tmp_path, data_dir, capsys):
     assert int(load_resume_state(run_dir)["step"]) == 10
     assert last_train_step(run_dir) == 10
 
-    train(changed, data_dir, run_dir)
+    train(changed, data_dir, run_dir, **CPU)
     assert "resuming at step 10/60" in capsys.readouterr().out
-    train(changed, data_dir, fresh_dir)
+    train(changed, data_dir, fresh_dir, **CPU)
     assert_same_tensors(final_weights(run_dir), final_weights(fresh_dir))
     assert (run_dir / "loss.csv").read_text() == (fresh_dir / "loss.csv").read_text()
     first = load_file(run_dir / "ckpt" / "step_000020.safetensors")
@@ -405,18 +434,19 @@ def test_changed_spec_starts_afresh(tmp_path, data_dir, capsys):
 def test_changed_execution_settings_keep_the_state(tmp_path, data_dir, capsys):
     spec = make_spec(steps=60, every=20)
     run_dir, ref_dir = tmp_path / "run", tmp_path / "ref"
-    train(spec, data_dir, run_dir, stop_after_step=30)
+    train(spec, data_dir, run_dir, **CPU, stop_after_step=30)
     capsys.readouterr()
-    # device, threads and the progress interval say how a run executes, not what it is.
+    # device, threads and the progress interval say how a run executes, not what it is: they
+    # are arguments of train(), not part of the spec; log_every is in it but not in the hash.
     assert not {"device", "threads", "progress_seconds"} & set(spec["training"])
     moved = copy.deepcopy(spec)
     moved["training"].update(log_every=7)
     assert spec_hash(moved) == spec_hash(spec)
-    train(moved, data_dir, run_dir, stop_after_step=40)
+    train(moved, data_dir, run_dir, "cpu", 1, 0, stop_after_step=40)  # a new progress interval
     out = capsys.readouterr().out
     assert "resuming at step 30/60" in out and "starting afresh" not in out
-    train(spec, data_dir, run_dir)
-    train(spec, data_dir, ref_dir)
+    train(spec, data_dir, run_dir, **CPU)
+    train(spec, data_dir, ref_dir, **CPU)
     assert_same_tensors(final_weights(run_dir), final_weights(ref_dir))
 
 
@@ -454,7 +484,7 @@ def test_training_log_has_progress_lines_and_ends_with_a_summary(tmp_path, data_
     logs = {}
     for seconds in (0, 1e9):
         spec = make_spec(steps=30, every=10)
-        train(spec, data_dir, tmp_path / str(seconds), progress_seconds=seconds)
+        train(spec, data_dir, tmp_path / str(seconds), "cpu", 1, seconds)
         out = capsys.readouterr().out.splitlines()
         steps = [int(m["step"]) for m in map(line.fullmatch, out) if m]
         assert steps == (list(range(1, 31)) if seconds == 0 else [30])
@@ -470,8 +500,155 @@ def test_training_log_has_progress_lines_and_ends_with_a_summary(tmp_path, data_
 def test_grad_clip_null_turns_clipping_off(tmp_path, data_dir):
     spec = make_spec(steps=4, every=4, grad_clip=None)
     assert spec["training"]["grad_clip"] is None
-    summary = train(spec, data_dir, tmp_path / "run")
+    summary = train(spec, data_dir, tmp_path / "run", **CPU)
     assert summary["checkpoints"] == [4]
+
+
+# --------------------------------------------------------------------------------------------
+# progress.json: the record ihsweep.status reads
+
+
+PROGRESS_KEYS = {"state", "step", "total_steps", "tokens", "budget", "tokens_per_second", "updated"}
+
+
+def test_finished_run_records_done_with_the_whole_budget(tmp_path, data_dir):
+    spec = make_spec(steps=40, every=20)
+    run_dir = tmp_path / "run"
+    before = time.time()
+    summary = train(spec, data_dir, run_dir, **CPU)
+    progress = json.loads((run_dir / PROGRESS_JSON).read_text())
+    assert set(progress) == PROGRESS_KEYS  # no signal, no error
+    assert progress["state"] == "done"
+    assert progress["tokens"] == progress["budget"] == 40 * B * C == summary["tokens"]
+    assert progress["step"] == progress["total_steps"] == 40
+    assert progress["tokens_per_second"] == summary["tokens_per_second_this_session"] > 0
+    assert before <= progress["updated"] <= time.time()
+
+
+def test_progress_says_running_at_every_record_while_training(tmp_path, data_dir, monkeypatch):
+    records = []
+    write = loop.write_progress
+
+    def spy(run_dir, state, step, *args, **extra):
+        write(run_dir, state, step, *args, **extra)
+        records.append((state, step, read_progress(run_dir)["tokens"]))
+
+    monkeypatch.setattr(loop, "write_progress", spy)
+    spec = make_spec(steps=12, every=6)
+    train(spec, data_dir, tmp_path / "run", "cpu", 1, 0)  # a record after every update
+    running = [("running", step, step * B * C) for step in range(13)]  # from step 0 on
+    assert records == [*running, ("done", 12, 12 * B * C)]
+
+
+def test_stopped_run_records_interrupted_then_done_on_resume(tmp_path, data_dir):
+    spec = make_spec(steps=40, every=20)
+    run_dir = tmp_path / "run"
+    assert train(spec, data_dir, run_dir, **CPU, stop_after_step=25) == {}
+    progress = read_progress(run_dir)
+    assert set(progress) == PROGRESS_KEYS | {"signal"}
+    assert progress["state"] == "interrupted" and progress["signal"] is None  # not a signal
+    assert progress["step"] == 25 and progress["tokens"] == 25 * B * C
+    assert progress["budget"] == 40 * B * C and progress["total_steps"] == 40
+    train(spec, data_dir, run_dir, **CPU)
+    progress = read_progress(run_dir)
+    assert progress["state"] == "done" and set(progress) == PROGRESS_KEYS
+
+
+@pytest.mark.parametrize("damage", ["chunks.json missing", "train.bin truncated"])
+def test_broken_data_raises_and_records_failed_with_the_cause(tmp_path, damage):
+    data = make_dataset(tmp_path / "data")
+    if damage == "chunks.json missing":
+        (data / "chunks.json").unlink()
+        error, cause = FileNotFoundError, "no chunks.json in"
+    else:
+        size = (data / "train.bin").stat().st_size
+        os.truncate(data / "train.bin", size - 10)  # a kill mid-write: part of a chunk gone
+        error, cause = ValueError, f"train.bin has {size - 10} bytes"
+    spec = make_spec(steps=40, every=20)
+    run_dir = tmp_path / "run"
+    with pytest.raises(error, match=cause):
+        train(spec, data, run_dir, **CPU)
+    progress = read_progress(run_dir)
+    assert set(progress) == PROGRESS_KEYS | {"error"}
+    assert progress["state"] == "failed"
+    assert progress["error"].startswith(f"{error.__name__}: ") and cause in progress["error"]
+    assert progress["step"] == progress["tokens"] == 0 and progress["budget"] == 40 * B * C
+    assert not (run_dir / "run.json").exists() and not (run_dir / "ckpt").exists()
+
+
+def test_error_mid_run_records_failed_at_the_last_recorded_step(tmp_path, data_dir, monkeypatch):
+    def disk_full(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(loop, "save_checkpoint", disk_full)  # the first checkpoint fails
+    spec = make_spec(steps=40, every=20)
+    run_dir = tmp_path / "run"
+    with pytest.raises(OSError, match="No space left"):
+        train(spec, data_dir, run_dir, "cpu", 1, 0)
+    progress = read_progress(run_dir)
+    assert progress["state"] == "failed"
+    assert progress["error"] == "OSError: [Errno 28] No space left on device"
+    assert progress["step"] == 20 and progress["tokens"] == 20 * B * C
+    assert not (run_dir / "run.json").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# The command line: python -m ihsweep.steps.train
+
+
+def cli_args(spec: dict, data_dir: Path, run_dir: Path) -> list[str]:
+    return ["--spec", json.dumps(spec), "--data-dir", str(data_dir), "--run-dir", str(run_dir)]
+
+
+def test_command_takes_missing_execution_flags_from_the_schema(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(train_step, "train", lambda *args: calls.append(args))
+    spec = make_spec(steps=4, every=4)
+    data, run = tmp_path / "data", tmp_path / "run"
+    assert train_step.main(cli_args(spec, data, run)) == 0
+    defaults = complete("execution")
+    assert defaults["device"] == "auto" and defaults["threads"] == 1
+    assert defaults["progress_seconds"] == 15
+    assert calls[-1] == (spec, data, run, "auto", 1, 15, None)
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    argv = ["--spec", f"@{tmp_path / 'spec.json'}", "--data-dir", str(data), "--run-dir", str(run)]
+    flags = ["--device", "cpu", "--threads", "3", "--stop-after-step", "2"]
+    assert train_step.main([*argv, *flags]) == 0
+    assert calls[-1] == (spec, data, run, "cpu", 3, 15, 2)
+
+
+def test_command_passes_the_progress_interval(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(train_step, "train", lambda *args: calls.append(args))
+    argv = cli_args(make_spec(steps=4, every=4), tmp_path / "data", tmp_path / "run")
+    assert train_step.main([*argv, "--progress-seconds", "0"]) == 0
+    assert calls[-1][3:6] == ("auto", 1, 0)
+
+
+def test_command_trains_stops_and_resumes(tmp_path, data_dir, capsys):
+    spec = make_spec(steps=20, every=10)
+    run_dir = tmp_path / "run"
+    argv = [*cli_args(spec, data_dir, run_dir), "--device", "cpu", "--threads", "1"]
+    assert train_step.main([*argv, "--stop-after-step", "5"]) == 0
+    assert read_progress(run_dir)["state"] == "interrupted"
+    assert not (run_dir / "run.json").exists()
+    assert train_step.main(argv) == 0
+    assert "resuming at step 5/20" in capsys.readouterr().out
+    summary = json.loads((run_dir / "run.json").read_text())
+    assert summary["device"] == "cpu" and summary["checkpoints"] == [10, 20]
+    progress = read_progress(run_dir)
+    assert progress["state"] == "done" and progress["tokens"] == progress["budget"] == 20 * B * C
+
+
+def test_command_on_broken_data_fails_and_says_why(tmp_path):
+    data = make_dataset(tmp_path / "data")
+    (data / "chunks.json").unlink()
+    run_dir = tmp_path / "run"
+    argv = [*cli_args(make_spec(steps=4, every=4), data, run_dir), "--device", "cpu"]
+    with pytest.raises(FileNotFoundError, match="chunks.json"):
+        train_step.main(argv)
+    progress = read_progress(run_dir)
+    assert progress["state"] == "failed" and "chunks.json" in progress["error"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -580,7 +757,7 @@ def test_checkpoint_files(tmp_path, data_dir):
     spec = make_spec(steps=50, every=20, log_every=5)
     assert spec["checkpoint_steps"] == [20, 40, 50]
     run_dir = tmp_path / "run"
-    summary = train(spec, data_dir, run_dir)
+    summary = train(spec, data_dir, run_dir, **CPU)
 
     cfg = GPTConfig(vocab_size=V, **spec["model_config"])
     model = GPT(cfg)
@@ -622,7 +799,7 @@ def test_checkpoint_files(tmp_path, data_dir):
 
 def test_failed_writes_keep_the_old_files_and_leave_no_temporary(tmp_path):
     """A write that fails half-way (as a kill would) never replaces a complete file."""
-    model = GPT(GPTConfig(vocab_size=V, n_ctx=C, n_layer=1, n_head=2, d_model=8))
+    model = GPT(GPTConfig(vocab_size=V, n_ctx=C, n_layer=1, n_head=2, d_model=8, mlp=True))
     save_checkpoint(tmp_path, 5, model, {"tokens": 5 * B * C})
     save_resume_state(tmp_path, {"step": 5, "model": model.state_dict()})
     files = sorted(p for p in tmp_path.rglob("*") if p.is_file())

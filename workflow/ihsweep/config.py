@@ -1,14 +1,18 @@
 """Study configuration: validation, the grid of runs, and the per-run training spec.
 
 ``prepare()`` is called once by the Snakefile (workflow/rules/common.smk) before any job exists.
-It checks the config in three passes and stops at the first problem with a one-line
-``ConfigError`` that names the key and what would be accepted:
+It checks the config and stops at the first problem with a one-line ``ConfigError`` that names
+the key and what would be accepted:
 
-1. the JSON schema (workflow/schemas/config.schema.yaml), checked here with jsonschema so that
-   the message is ours rather than a dump of the schema;
-2. ``snakemake.utils.validate`` with the same schema, which fills in defaults (it mutates the
-   config, so the Snakefile's ``config`` carries them too);
-3. semantic checks a schema cannot express (names that must exist, sizes that must fit).
+1. the JSON schema (workflow/schemas/config.schema.yaml, the only home of every default), in one
+   jsonschema pass that also fills the defaults in, in place (so the Snakefile's ``config``
+   carries them too); the message is ours rather than a dump of the schema;
+2. semantic checks a schema cannot express (names that must exist, sizes that must fit).
+
+Steps run by hand complete a partial section the same way (``complete``).
+
+``execution`` is the one section that says where and how a study runs rather than what it
+studies (``study_definition`` is the config without it: what provenance hashes).
 
 The checkpoint schedule is given in tokens, the same for every run (SPEC section 2), and turned
 into update counts per run here, so that every consumer agrees on which steps are saved.
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import glob
 import itertools
 import math
@@ -29,12 +34,21 @@ from typing import Any
 import yaml
 from jsonschema import Draft202012Validator, ValidationError, validators
 
+from ihsweep import layout
+
+SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
 GPT2_VOCAB_SIZE = 50257
 RUN_FIELDS = ("data", "model", "batch_size", "context_size", "seed")
-RUNS_DIR = "results/runs"
-EXECUTION_SETTINGS = ("device", "threads", "progress_seconds")
-# The same layout as Run.dir, in Snakemake wildcards (see Run.from_wildcards).
-RUN_DIR_PATTERN = RUNS_DIR + "/{data}/{model}/B{batch}-C{ctx}-s{seed}"
+EXECUTION = "execution"  # the section of execution settings; everything else is the study
+# Keys that moved to `execution`: a study file written for an older ihsweep gets told where.
+MOVED_KEYS = {
+    "training.device": "execution.device",
+    "training.threads": "execution.threads",
+    "training.progress_seconds": "execution.progress_seconds",
+    "resources": "execution (gpu, gpu_model, train_mem_mb, probe_mem_mb, overhead_minutes, "
+    "safety, probe_minutes)",
+    "tokens_per_second": "execution.tokens_per_second (a number, or {model name: number})",
+}
 
 
 class ConfigError(ValueError):
@@ -57,11 +71,7 @@ class Run:
 
     @property
     def id(self) -> str:
-        return f"{self.data}/{self.model}/B{self.batch_size}-C{self.context_size}-s{self.seed}"
-
-    @property
-    def dir(self) -> str:
-        return f"{RUNS_DIR}/{self.id}"
+        return layout.run_name(self)
 
     @property
     def tokens_per_step(self) -> int:
@@ -237,12 +247,7 @@ class Study:
             "context_size": run.context_size,
             "seed": run.seed,
             "model_config": {k: model[k] for k in ("n_layer", "n_head", "d_model", "mlp", "n_ctx")},
-            # Where a run executes (device, threads) is not part of what it computes.
-            "training": {
-                k: copy.deepcopy(v)
-                for k, v in self.training(run).items()
-                if k not in EXECUTION_SETTINGS
-            },
+            "training": copy.deepcopy(self.training(run)),
             "checkpoint_steps": steps,
             # The tokens actually seen at each saved step, not the requested counts.
             "checkpoint_tokens": [step * run.tokens_per_step for step in steps],
@@ -250,14 +255,17 @@ class Study:
         }
 
     def train_minutes(self, run: Run, attempt: int = 1) -> int:
-        """Runtime a cluster training job asks for: the documented formula of ``resources``."""
-        res = self.config["resources"]
-        rate = self.config["models"][run.model]["tokens_per_second"]
+        """Runtime a cluster training job asks for: the formula documented under ``execution``."""
+        execution = self.config[EXECUTION]
+        rate = execution["tokens_per_second"]
+        if isinstance(rate, Mapping):
+            rate = rate.get(run.model, DEFAULT_TOKENS_PER_SECOND)
         seconds = self.training(run)["tokens"] / rate
-        return attempt * math.ceil(res["overhead_minutes"] + res["safety"] * seconds / 60)
+        minutes = execution["overhead_minutes"] + execution["safety"] * seconds / 60
+        return attempt * math.ceil(minutes)
 
     def probe_minutes(self, attempt: int = 1) -> int:
-        return attempt * math.ceil(self.config["resources"]["probe_minutes"])
+        return attempt * math.ceil(self.config[EXECUTION]["probe_minutes"])
 
     def dataset_spec(self, name: str) -> dict:
         """The dataset entry, defaults filled in (a copy: callers may change it)."""
@@ -282,29 +290,14 @@ class Study:
         return sorted({run.context_size for run in self.runs if run.data == data})
 
 
-def prepare(config: dict, schema: str | Path) -> Study:
+def prepare(config: dict, schema: str | Path = SCHEMA) -> Study:
     """Validate ``config`` (filling in defaults, in place) and derive the study from it.
 
     Raises ConfigError with a one-line message at the first problem found.
     """
-    schema_path = Path(schema).resolve()
-    with open(schema_path, encoding="utf-8") as f:
-        schema_doc = yaml.safe_load(f)
-    problem = first_schema_problem(config, schema_doc)
+    problem = first_schema_problem(config, load_schema(schema))
     if problem:
         raise ConfigError(problem)
-
-    # Imported here: snakemake is heavy, and the checks above do not need it.
-    from snakemake.exceptions import WorkflowError
-    from snakemake.utils import validate
-
-    try:
-        validate(config, str(schema_path), set_default=True)
-    except WorkflowError as err:  # only if the two validators disagree
-        raise ConfigError(" ".join(str(err).split())) from None
-    # Filled-in defaults are the schema's own objects, one shared by every entry that lacks the
-    # key; give each entry its own so that changing one dataset's spec cannot change another's.
-    config.update({key: _unshared(value) for key, value in config.items()})
 
     grids = expand_markov_grids(config)
     indexed = _check_semantics(config)
@@ -323,16 +316,45 @@ def prepare(config: dict, schema: str | Path) -> Study:
     )
 
 
-def _unshared(node: Any) -> Any:
-    if isinstance(node, Mapping):
-        return {key: _unshared(value) for key, value in node.items()}
-    if isinstance(node, list):
-        return [_unshared(value) for value in node]
-    return node
+DEFAULT_TOKENS_PER_SECOND = 200000  # a model that execution.tokens_per_second does not list
+
+
+def study_definition(config: dict) -> dict:
+    """The config without its execution settings: what a study computes, wherever it runs."""
+    return {key: value for key, value in config.items() if key != EXECUTION}
+
+
+@functools.cache
+def _schema_text(path: Path) -> dict:
+    with open(path, encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def load_schema(path: str | Path = SCHEMA) -> dict:
+    return copy.deepcopy(_schema_text(Path(path).resolve()))
+
+
+def complete(where: str, instance: dict | None = None, schema: str | Path = SCHEMA) -> dict:
+    """A checked copy of one section with the schema's defaults filled in, by the same pass as
+    ``prepare``: ``where`` is a top-level key (``probe``, ``emergence``, ``execution``, ...) or
+    a definition (``dataset``, ``chain``). For steps run by hand with a partial spec."""
+    root = load_schema(schema)
+    if where in root["properties"]:
+        sub = {"$defs": root["$defs"], **root["properties"][where]}
+    elif where in root["$defs"]:
+        sub = {"$defs": root["$defs"], "$ref": f"#/$defs/{where}"}
+    else:
+        raise KeyError(f"{where!r} is neither a top-level key nor a definition of the schema")
+    instance = copy.deepcopy(instance) if instance is not None else {}
+    problem = first_schema_problem(instance, sub)
+    if problem:  # key paths are relative to the section: say which section
+        top = problem.startswith("config:") or problem.startswith("config ")
+        raise ConfigError(where + problem.removeprefix("config") if top else f"{where}.{problem}")
+    return instance
 
 
 # --------------------------------------------------------------------------------------------
-# Schema errors as one line
+# Schema check and defaults in one pass; errors as one line
 
 
 def _is_strict_integer(checker: Any, instance: Any) -> bool:
@@ -340,15 +362,30 @@ def _is_strict_integer(checker: Any, instance: Any) -> bool:
     return isinstance(instance, int) and not isinstance(instance, bool)
 
 
-_StrictValidator = validators.extend(
+def _properties_with_defaults(validator, properties, instance, schema):
+    """``properties`` that first fills in each absent key's default (a fresh copy, so no two
+    entries share one object), then validates: nested defaults fill in as validation descends.
+    Defaults in an ``if`` would be filled whatever the condition: the schema puts none there."""
+    if validator.is_type(instance, "object"):
+        for key, subschema in properties.items():
+            if "default" in subschema and key not in instance:
+                instance[key] = copy.deepcopy(subschema["default"])
+    yield from Draft202012Validator.VALIDATORS["properties"](
+        validator, properties, instance, schema
+    )
+
+
+_Validator = validators.extend(
     Draft202012Validator,
+    validators={"properties": _properties_with_defaults},
     type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_strict_integer),
 )
 
 
 def first_schema_problem(config: dict, schema: dict) -> str | None:
-    """The schema error that comes first in the config, as one line; None if there is none."""
-    errors = list(_StrictValidator(schema).iter_errors(config))
+    """Fill the schema's defaults into ``config`` (in place) and return the schema error that
+    comes first in the config, as one line; None if there is none."""
+    errors = list(_Validator(schema).iter_errors(config))
     if not errors:
         return None
     error = min(errors, key=lambda e: _position(config, e))
@@ -472,7 +509,11 @@ def _describe_unknown_key(error: ValidationError) -> str:
     variant = [f"{k}: {s['const']}" for k, s in properties.items() if "const" in s]
     if variant:
         level += f" with {variant[0]}"
-    line = f"{_key_path([*error.absolute_path, key])}: unknown key {level}; allowed keys: "
+    path = _key_path([*error.absolute_path, key])
+    moved = MOVED_KEYS.get(path) or MOVED_KEYS.get(str(key))
+    if moved:
+        return f"{path}: moved to {moved}; where a study runs is not part of what it studies"
+    line = f"{path}: unknown key {level}; allowed keys: "
     line += ", ".join(allowed)
     guess = difflib.get_close_matches(str(key), allowed, n=1)
     if guess:
@@ -659,19 +700,17 @@ def _check_run(config: dict, index: int, run: Run) -> None:
 
 
 def _check_copy_fits(dataset: dict, run: Run, index: int) -> None:
+    from ihsweep.data.natural import copy_length_range
+
     repetition = dataset.get("repetition")
     if not repetition or not repetition["copy_fraction"]:
         return
-    C = run.context_size
-    hi = repetition["copy_length"][1]
-    need = 2 * math.ceil(hi * C)
-    if need > C:
-        longest = math.floor(C // 2 / C * 1e4) / 1e4
+    try:  # the chunk step's own rounding: what passes here is what it accepts
+        copy_length_range(repetition["copy_length"], run.context_size)
+    except ValueError as err:
         raise ConfigError(
-            f"datasets.{run.data}.repetition.copy_length: hi = {hi} is too long for C = {C} "
-            f"(runs[{index}]): a segment and its copy need 2*ceil(hi*C) = {need} > {C} tokens; "
-            f"make hi <= {longest}"
-        )
+            f"datasets.{run.data}.repetition.copy_length: {err} (runs[{index}])"
+        ) from None
 
 
 def _check_markov_fits(config: dict, dataset: dict, run: Run, index: int) -> None:

@@ -6,9 +6,9 @@ Every aggregate step writes ``provenance.json`` beside its outputs::
      "runs": ["kjv-copy/w64/B8-C16-s0", ...], "outputs": ["emergence.csv", ...]}
 
 ``config_sha256`` hashes the validated study config (defaults filled in, keys sorted) without
-the execution settings (``study_definition``), so two result folders with the same hash came
-from the same study definition, wherever it ran. The code version is the
-git commit of the checkout the step ran from (with ``-dirty`` for uncommitted changes), or the
+its ``execution`` section (``ihsweep.config.study_definition``), so two result folders with the
+same hash came from the same study definition, wherever it ran. The code version is the git
+commit of the checkout the step ran from (with ``-dirty`` for uncommitted changes), or the
 installed package version when there is no git checkout.
 """
 
@@ -20,25 +20,10 @@ import subprocess
 from importlib import metadata
 from pathlib import Path
 
-from ihsweep.config import EXECUTION_SETTINGS
+from ihsweep.config import study_definition
 from ihsweep.io import write_json
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-
-
-def study_definition(config: dict) -> dict:
-    """The config without what says where and how a study runs: the training device, threads
-    and progress interval, the cluster ``resources`` and the models' throughput estimates."""
-    study = {k: v for k, v in config.items() if k != "resources"}
-    if "training" in study:
-        training = study["training"].items()
-        study["training"] = {k: v for k, v in training if k not in EXECUTION_SETTINGS}
-    if "models" in study:
-        study["models"] = {
-            name: {k: v for k, v in model.items() if k != "tokens_per_second"}
-            for name, model in study["models"].items()
-        }
-    return study
 
 
 def config_sha256(config: dict) -> str:

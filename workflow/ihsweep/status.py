@@ -7,22 +7,26 @@ Run it in the repository root (or wherever ``results/`` is). It starts nothing a
 Snakemake lock, so it works while a study runs, locally or on SLURM. States:
 
 - ``done``: trained and probed; ``trained``: run.json is there, the probe tables are not yet;
-- ``running``: the training log was written within the last ``--active-minutes`` (default 5);
-- ``interrupted``: the log ends with a saved state after a signal (the retry resumes it);
-- ``failed``: the log stopped for another reason (read its last lines);
+- ``running``: the run's ``progress.json`` says so and was updated within the last
+  ``--active-minutes`` (default 5);
+- ``interrupted``: it stopped on a signal with its state saved (the retry resumes it);
+- ``failed``: it stopped on an error (the ``error`` column), or says running but has not been
+  updated for longer than ``--active-minutes`` (killed; read its log);
 - ``missing``: not started.
 
-Columns: ``run_id, state, tokens`` (reached: the last logged or checkpointed count),
+Each run's state comes from its ``progress.json`` (``ihsweep.training.loop.write_progress``);
+nothing here reads the training log. Columns: ``run_id, state, tokens`` (reached: the larger of
+the last progress record and the last checkpoint),
 ``budget``, ``emerged`` and ``tokens_pt`` (from the aggregates' emergence tables, when built)
 and, for natural-data runs, ``predicted_tokens``: the emergence point the current law fit
-(``results/natural/lawfit.json``) predicts for the run's B and C.
+(``results/natural/lawfit.json``) predicts for the run's B and C; ``error``: why a failed run
+stopped.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from pathlib import Path
@@ -31,36 +35,46 @@ import pandas as pd
 import yaml
 from snakemake.utils import update_config
 
-from ihsweep.checkpoints import list_checkpoints
-from ihsweep.config import ConfigError, Study, prepare
-from ihsweep.lawfit import predict_updates
+from ihsweep import layout
+from ihsweep.analysis.lawfit import predict_updates
+from ihsweep.config import ConfigError, Run, Study, prepare
+from ihsweep.training.checkpoints import list_checkpoints
+from ihsweep.training.loop import read_progress
 
-SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
-COLUMNS = ["run_id", "state", "tokens", "budget", "emerged", "tokens_pt", "predicted_tokens"]
-EMERGENCE_TABLES = ("results/natural/emergence.csv", "results/markov/emergence.csv")
-LAWFIT = "results/natural/lawfit.json"
-TOKENS_LINE = re.compile(r"\] step \d+/\d+ \| tokens ([0-9.]+)M")
+COLUMNS = [
+    "run_id", "state", "tokens", "budget", "emerged", "tokens_pt", "predicted_tokens", "error",
+]  # fmt: skip
+EMERGENCE_TABLES = (
+    layout.aggregate_file("emergence.csv", layout.NATURAL),
+    layout.aggregate_file("emergence.csv", layout.MARKOV),
+)
+LAWFIT = layout.aggregate_file("lawfit.json", layout.NATURAL)
 
 
-def run_state(run_dir: Path, log: Path, text: str | None, active_minutes: float, now: float):
-    """The run's state from its folder and its training log (``text``: None when absent)."""
-    if (run_dir / "run.json").exists():
-        probed = all((run_dir / "probes" / f"{t}.parquet").exists() for t in ("heads", "model"))
+def run_state(root: Path, run: Run, progress: dict, active_minutes: float, now: float) -> str:
+    """The run's state from its folder and its progress record ({} when there is none)."""
+    if (root / layout.run_file(layout.RUN_JSON, run)).exists():
+        probed = all((root / layout.probe_table(t, run)).exists() for t in layout.PROBE_TABLES)
         return "done" if probed else "trained"
-    if text is None:
+    state = progress.get("state")
+    if state is None:
         return "missing"
-    if now - log.stat().st_mtime < 60 * active_minutes:
-        return "running"
-    if any("state saved at step" in line for line in text.splitlines()[-3:]):
-        return "interrupted"
-    return "failed"
+    if state == "running" and now - progress["updated"] >= 60 * active_minutes:
+        return "failed"  # said running, then went silent: killed without a chance to say so
+    return state
 
 
-def tokens_reached(run_dir: Path, text: str | None) -> int:
+def failure(progress: dict, run: Run, now: float) -> str:
+    """Why a failed run stopped: its recorded error, or how long it has been silent."""
+    if progress.get("error"):
+        return progress["error"]
+    silent = (now - progress["updated"]) / 60
+    return f"no progress for {silent:.0f} min (killed?); see {layout.log('train', run.id)}"
+
+
+def tokens_reached(run_dir: Path, progress: dict) -> int:
     reached = [int(m["tokens"]) for m in list_checkpoints(run_dir)] if run_dir.exists() else []
-    if text is not None:
-        reached += [int(float(t) * 1e6) for t in TOKENS_LINE.findall(text)[-1:]]
-    return max(reached, default=0)
+    return max([*reached, int(progress.get("tokens", 0))])
 
 
 def status_table(study: Study, root: Path = Path("."), active_minutes: float = 5.0):
@@ -72,17 +86,18 @@ def status_table(study: Study, root: Path = Path("."), active_minutes: float = 5
     fit = json.loads((root / LAWFIT).read_text()) if (root / LAWFIT).exists() else None
     rows = []
     for run in study.runs:
-        run_dir = root / run.dir
-        log = root / "results" / "logs" / "train" / f"{run.id}.log"
-        text = log.read_text(errors="replace") if log.exists() else None  # read once
+        run_dir = root / layout.run_dir(run)
+        progress = read_progress(run_dir)
+        state = run_state(root, run, progress, active_minutes, now)
         row = {
             "run_id": run.id,
-            "state": run_state(run_dir, log, text, active_minutes, now),
-            "tokens": tokens_reached(run_dir, text),
+            "state": state,
+            "tokens": tokens_reached(run_dir, progress),
             "budget": study.total_steps(run) * run.tokens_per_step,
             "emerged": None,
             "tokens_pt": None,
             "predicted_tokens": None,
+            "error": failure(progress, run, now) if state == "failed" else None,
         }
         if run.id in emergence.index:
             row["emerged"] = bool(emergence.loc[run.id, "emerged"])
@@ -106,6 +121,7 @@ def format_table(table: pd.DataFrame) -> str:
         emerged=["-" if e is None else ("yes" if e else "no") for e in table.emerged],
         tokens_pt=table.tokens_pt.map(millions),
         predicted_tokens=table.predicted_tokens.map(millions),
+        error=table.error.fillna(""),
     ).drop(columns="budget")
     counts = table["state"].value_counts()
     summary = ", ".join(f"{counts[s]} {s}" for s in counts.index)
@@ -122,7 +138,7 @@ def main(argv=None) -> int:
     for path in args.configfile:  # merged in order, as snakemake --configfile does
         update_config(config, yaml.safe_load(path.read_text()))
     try:
-        study = prepare(config, SCHEMA)
+        study = prepare(config)
     except ConfigError as err:
         sys.exit(f"config error: {err}")
     table = status_table(study, Path("."), args.active_minutes)

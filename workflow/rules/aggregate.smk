@@ -2,7 +2,6 @@
 # frontier and the property grid (Markov data), and their figures. Cheap: they run beside the
 # driver even when the other jobs go to a cluster.
 
-
 EXPERIMENT_1 = "1. When: batch size, context size, model size"
 EXPERIMENTS_2_3 = "2-3. Why: Markov data statistics"
 
@@ -18,55 +17,45 @@ rule aggregate_natural:
     input:
         natural_model_tables(),
     output:
-        emergence="results/natural/emergence.csv",
-        fit="results/natural/lawfit.json",
-        fit_table="results/natural/lawfit.csv",
-        # The report shows HTML in a frame but a CSV only as a download: the tables as pages.
-        emergence_html=report(
-            "results/natural/emergence.html",
-            caption="../report/natural_emergence.rst",
-            category=EXPERIMENT_1,
-            subcategory="Tables",
-            labels={"table": "emergence per run"},
-        ),
-        fit_html=report(
-            "results/natural/lawfit.html",
-            caption="../report/lawfit.rst",
-            category=EXPERIMENT_1,
-            subcategory="Tables",
-            labels={"table": "law fit"},
-        ),
-        figures=[
-            report(
-                f"results/natural/figures/{fig}.png",
-                caption=f"../report/{fig}.rst",
-                category=EXPERIMENT_1,
-                subcategory="Figures",
-                labels={"figure": fig.replace("_", " ")},
-            )
-            for fig in NATURAL_FIGURES
+        tables=[
+            layout.aggregate_file(name, layout.NATURAL)
+            for name in layout.NATURAL_TABLES
+            if not name.endswith(".html")
         ],
-        pdfs=expand("results/natural/figures/{fig}.pdf", fig=NATURAL_FIGURES),
-        provenance="results/natural/provenance.json",
+        emergence_html=report_table(
+            layout.aggregate_file("emergence.html", layout.NATURAL),
+            "../report/natural_emergence.rst",
+            EXPERIMENT_1,
+            "emergence per run",
+        ),
+        fit_html=report_table(
+            layout.aggregate_file("lawfit.html", layout.NATURAL),
+            "../report/lawfit.rst",
+            EXPERIMENT_1,
+            "law fit",
+        ),
+        figures=report_figures(
+            layout.NATURAL_FIGURES,
+            layout.NATURAL,
+            EXPERIMENT_1,
+            caption_of=lambda stem: stem,
+            label_of=lambda stem: stem.replace("_", " "),
+        ),
+        pdfs=layout.figure_files(layout.NATURAL_FIGURES, layout.NATURAL)[1::2],
+        provenance=layout.aggregate_file(layout.PROVENANCE, layout.NATURAL),
     log:
-        "results/logs/aggregate/natural.log",
+        layout.log("aggregate", "natural"),
     conda:
         "../../envs/analysis.yaml"
     params:
-        metric=config["emergence"]["metric"],
-        method=config["emergence"]["method"],
-        min_rise=config["emergence"]["min_rise"],
-        bootstrap=config["lawfit"]["bootstrap"],
-        seed=config["lawfit"]["seed"],
+        emergence=section_json("emergence"),
+        lawfit=section_json("lawfit"),
+        out_dir=provenance_dir,
         config_sha256=CONFIG_SHA256,
     shell:
-        "python -m ihsweep.aggregate --model-tables {input} --metric {params.metric}"
-        " --method {params.method} --min-rise {params.min_rise}"
-        " --bootstrap {params.bootstrap} --seed {params.seed}"
-        " --emergence {output.emergence} --fit {output.fit} --fit-table {output.fit_table}"
-        " --emergence-html {output.emergence_html} --fit-html {output.fit_html}"
-        " --figures results/natural/figures --config-sha256 {params.config_sha256}"
-        " > {log} 2>&1"
+        "python -m ihsweep.steps.aggregate_natural --model-tables {input}"
+        " --emergence {params.emergence:q} --lawfit {params.lawfit:q}"
+        " --out-dir {params.out_dir} --config-sha256 {params.config_sha256} > {log} 2>&1"
 
 
 rule aggregate_markov:
@@ -74,44 +63,39 @@ rule aggregate_markov:
         tables=markov_model_tables(),
         chunks=markov_chunk_metas(),
     output:
-        tables=expand(
-            "results/markov/{table}.csv", table=["emergence", "cells", "generator"]
-        ),
-        emergence_html=report(
-            "results/markov/emergence.html",
-            caption="../report/markov_emergence.rst",
-            category=EXPERIMENTS_2_3,
-            subcategory="Tables",
-            labels={"table": "emergence per Markov run"},
-        ),
-        frontier="results/markov/frontier.json",
-        figures=[
-            report(
-                f"results/markov/figures/{fig}.png",
-                caption=f"../report/{fig.split('-')[0]}.rst",
-                category=EXPERIMENTS_2_3,
-                subcategory="Figures",
-                labels={"figure": fig},
-            )
-            for fig in markov_figures()
+        tables=[
+            layout.aggregate_file(name, layout.MARKOV)
+            for name in layout.MARKOV_TABLES
+            if not name.endswith(".html")
         ],
-        pdfs=expand("results/markov/figures/{fig}.pdf", fig=markov_figures()),
-        provenance="results/markov/provenance.json",
+        emergence_html=report_table(
+            layout.aggregate_file("emergence.html", layout.MARKOV),
+            "../report/markov_emergence.rst",
+            EXPERIMENTS_2_3,
+            "emergence per Markov run",
+        ),
+        figures=report_figures(
+            markov_figures(),
+            layout.MARKOV,
+            EXPERIMENTS_2_3,
+            caption_of=lambda stem: stem.split("-")[0],
+            label_of=lambda stem: stem,
+        ),
+        pdfs=layout.figure_files(markov_figures(), layout.MARKOV)[1::2],
+        provenance=layout.aggregate_file(layout.PROVENANCE, layout.MARKOV),
     log:
-        "results/logs/aggregate/markov.log",
+        layout.log("aggregate", "markov"),
     conda:
         "../../envs/analysis.yaml"
     params:
         datasets=markov_datasets_json,
+        emergence=section_json("emergence"),
+        out_dir=provenance_dir,
         config_sha256=CONFIG_SHA256,
-        metric=config["emergence"]["metric"],
-        method=config["emergence"]["method"],
-        min_rise=config["emergence"]["min_rise"],
     shell:
-        "python -m ihsweep.markov_aggregate --model-tables {input.tables}"
-        " --datasets {params.datasets:q} --data-root results/data"
-        " --metric {params.metric} --method {params.method} --min-rise {params.min_rise}"
-        " --out results/markov --config-sha256 {params.config_sha256} > {log} 2>&1"
+        "python -m ihsweep.steps.aggregate_markov --model-tables {input.tables}"
+        " --datasets {params.datasets:q} --emergence {params.emergence:q}"
+        " --out-dir {params.out_dir} --config-sha256 {params.config_sha256} > {log} 2>&1"
 
 
 # `snakemake figures`: every figure and table again from the cached probe tables. After the

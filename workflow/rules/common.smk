@@ -1,20 +1,23 @@
-# Validation, wildcard constraints and the helpers that the rules call. No rules here.
+# Validation, wildcard constraints and the input functions that the rules call. No rules here.
+# Paths come from ihsweep.layout, the one home of the results/ layout.
 import json
 import os
-import shlex
 import sys
 
-from ihsweep.aggregate import FIGURES as NATURAL_FIGURES
-from ihsweep.config import ConfigError, Run, prepare
+# `report` alone is a keyword of a Snakefile: the function goes by another name here.
+from snakemake.io import report as report_output
+
+from ihsweep import layout
+from ihsweep.config import EXECUTION, ConfigError, Run, prepare
 from ihsweep.provenance import config_sha256
 
 try:
-    STUDY = prepare(
-        config, schema=workflow.source_path("../schemas/config.schema.yaml")
-    )
+    STUDY = prepare(config)
 except ConfigError as err:
     sys.exit(f"config error: {err}")
 CONFIG_SHA256 = config_sha256(config)  # recorded in every provenance.json
+# The rules turn these into threads and resources, never params: changing one plans no job.
+EXECUTION_SETTINGS = config[EXECUTION]
 
 
 wildcard_constraints:
@@ -26,61 +29,61 @@ wildcard_constraints:
     seed=r"\d+",
 
 
+def section_json(name):
+    """A whole config section as one JSON parameter: a step receives it complete."""
+    return json.dumps(config[name], sort_keys=True)
+
+
 def input_dir(wildcards, input):
-    """The folder of a rule's first input (passed to steps that read a whole folder)."""
+    """The folder of a rule's first input (ihsweep.layout's), for steps that read a folder."""
     return os.path.dirname(input[0])
 
 
 def output_dir(wildcards, output):
-    """The folder of a rule's first output."""
+    """The folder of a rule's first output, for steps that write a folder."""
     return os.path.dirname(output[0])
 
 
+def provenance_dir(wildcards, output):
+    """The folder an aggregate writes: where its provenance.json goes."""
+    return os.path.dirname(output.provenance)
+
+
+def output_stem(wildcards, output):
+    """A figure's path without its suffix: the step writes .png and .pdf."""
+    return os.path.splitext(output.png)[0]
+
+
 def dataset_spec_json(wildcards):
-    return json.dumps(STUDY.dataset_spec(wildcards.data), sort_keys=True)
-
-
-def family_of(wildcards):
-    return STUDY.config["datasets"][wildcards.data]["family"]
+    """A dataset's entry as the schema defines it (the step checks it again): without the
+    `grid` a Markov cell belongs to, which its input (the chain) says."""
+    spec = STUDY.dataset_spec(wildcards.data)
+    spec.pop("grid", None)
+    return json.dumps(spec, sort_keys=True)
 
 
 def chunk_source(wildcards):
     """What a dataset's chunks are cut or drawn from: natural tokens or a Markov chain."""
-    if family_of(wildcards) == "markov":
-        return f"results/chains/{STUDY.grid_of(wildcards.data)}/chain.json"
-    return f"results/data/{wildcards.data}/tokens.json"
+    if STUDY.config["datasets"][wildcards.data]["family"] == "markov":
+        return f"{layout.chain_dir(STUDY.grid_of(wildcards.data))}/chain.json"
+    return f"{layout.dataset_dir(wildcards.data)}/tokens.json"
 
 
-def chunk_command(wildcards):
-    """The family's chunk step, up to the flag that takes chunk_source's folder."""
-    if family_of(wildcards) == "markov":
-        return "ihsweep.data.markov_chunks --chain-dir"
-    return "ihsweep.data.natural chunk --tokens-dir"
-
-
-def chain_spec(wildcards):
-    return STUDY.chain_spec(wildcards.grid)
+def chain_spec_json(wildcards):
+    return json.dumps(STUDY.chain_spec(wildcards.grid), sort_keys=True)
 
 
 def chain_source(wildcards):
     """A bigram chain counts the tokens of its natural source; a synthetic one reads nothing."""
-    chain = chain_spec(wildcards)
+    chain = STUDY.chain_spec(wildcards.grid)
     if chain["kind"] == "bigram":
-        return f"results/data/{chain['source']}/tokens.json"
+        return f"{layout.dataset_dir(chain['source'])}/tokens.json"
     return []
 
 
-def chain_args(wildcards, input, output):
-    """The arguments of `python -m ihsweep.data.chains` for this dataset's chain."""
-    chain = chain_spec(wildcards)
-    out_dir = shlex.quote(os.path.dirname(output[0]))
-    if chain["kind"] == "bigram":
-        drop = " --drop-eot" if chain["drop_eot"] else ""
-        tokens_dir = shlex.quote(os.path.dirname(input[0]))
-        cap = chain["vocab_cap"]
-        return f"bigram --tokens-dir {tokens_dir} --cap {cap}{drop} --out-dir {out_dir}"
-    spec = shlex.quote(json.dumps(chain, sort_keys=True))
-    return f"synthetic --spec {spec} --out-dir {out_dir}"
+def chain_source_flag(wildcards, input):
+    """The natural tokens folder a bigram chain counts (chain_source's), if it has one."""
+    return f"--source-dir {os.path.dirname(input[0])}" if input else ""
 
 
 def train_spec_json(wildcards):
@@ -88,7 +91,7 @@ def train_spec_json(wildcards):
 
 
 def train_runtime(wildcards, attempt):
-    """Minutes for a training job on a cluster; a retry asks for more (config `resources`)."""
+    """Minutes for a training job on a cluster; a retry asks for more (config `execution`)."""
     return STUDY.train_minutes(Run.from_wildcards(wildcards), attempt)
 
 
@@ -96,105 +99,73 @@ def probe_runtime(wildcards, attempt):
     return STUDY.probe_minutes(attempt)
 
 
-def probe_json(wildcards):
-    return json.dumps(config["probe"], sort_keys=True)
-
-
-def natural_runs():
-    return STUDY.runs_of_family("natural")
-
-
 def natural_model_tables():
-    return [f"{run.dir}/probes/model.parquet" for run in natural_runs()]
-
-
-def natural_outputs():
-    if not natural_runs():
-        return []
-    return [
-        "results/natural/emergence.csv",
-        "results/natural/lawfit.json",
-        "results/natural/lawfit.csv",
-        "results/natural/emergence.html",
-        "results/natural/lawfit.html",
-        "results/natural/provenance.json",
-        *expand(
-            "results/natural/figures/{fig}.{ext}",
-            fig=NATURAL_FIGURES,
-            ext=["png", "pdf"],
-        ),
-    ]
-
-
-def markov_runs():
-    return STUDY.runs_of_family("markov")
+    return [layout.probe_table("model", run) for run in STUDY.runs_of_family("natural")]
 
 
 def markov_model_tables():
-    return [f"{run.dir}/probes/model.parquet" for run in markov_runs()]
+    return [layout.probe_table("model", run) for run in STUDY.runs_of_family("markov")]
 
 
 def markov_chunk_metas():
+    runs = STUDY.runs_of_family("markov")
     return sorted(
-        {
-            f"results/data/{run.data}/C{run.context_size}/chunks.json"
-            for run in markov_runs()
-        }
+        {f"{layout.chunk_dir(r.data, r.context_size)}/chunks.json" for r in runs}
     )
 
 
 def markov_datasets_json(wildcards):
     """The Markov datasets (cells) that runs train on, as the aggregate step reads them."""
-    names = sorted({run.data for run in markov_runs()})
+    names = sorted({run.data for run in STUDY.runs_of_family("markov")})
     return json.dumps(
         {name: STUDY.dataset_spec(name) for name in names}, sort_keys=True
     )
 
 
 def markov_figures():
-    """Figure stems: a frontier per bigram (f, r) sweep, the property grid, the generator."""
-    from ihsweep.markov_aggregate import setting_name
-
-    cells = {}  # (grid, model, B, C) -> the cells that runs train on
-    for run in markov_runs():
-        key = (STUDY.grid_of(run.data), run.model, run.batch_size, run.context_size)
-        cells.setdefault(key, set()).add(run.data)
-    kinds = {grid: STUDY.chain_spec(grid)["kind"] for grid, *_ in cells}
-    stems = [
-        f"frontier-{setting_name(*key)}"
-        for key in sorted(cells)
-        if kinds[key[0]] == "bigram" and len(cells[key]) > 1
+    runs = [
+        {
+            "data": run.data,
+            "grid": STUDY.grid_of(run.data),
+            "chain_kind": STUDY.config["datasets"][run.data]["chain"]["kind"],
+            "model": run.model,
+            "batch_size": run.batch_size,
+            "context_size": run.context_size,
+        }
+        for run in STUDY.runs_of_family("markov")
     ]
-    if "synthetic" in kinds.values():
-        stems.append("properties")
-    return [*stems, "generator"]
-
-
-def markov_outputs():
-    if not markov_runs():
-        return []
-    return [
-        *expand(
-            "results/markov/{table}.csv", table=["emergence", "cells", "generator"]
-        ),
-        "results/markov/emergence.html",
-        "results/markov/frontier.json",
-        "results/markov/provenance.json",
-        *expand(
-            "results/markov/figures/{fig}.{ext}",
-            fig=markov_figures(),
-            ext=["png", "pdf"],
-        ),
-    ]
-
-
-def run_figures():
-    return [
-        f"{run.dir}/figures/{name}"
-        for run in STUDY.runs
-        for name in ("run.png", "run.pdf", "provenance.json")
-    ]
+    return layout.markov_figures(runs)
 
 
 def final_outputs():
-    return natural_outputs() + markov_outputs() + run_figures()
+    outputs = [f for run in STUDY.runs for f in layout.run_figures(run)]
+    if STUDY.runs_of_family("natural"):
+        outputs += layout.natural_outputs()
+    if STUDY.runs_of_family("markov"):
+        outputs += layout.markov_outputs(markov_figures())
+    return outputs
+
+
+# Report entries (`snakemake --report`): what the aggregate rules declare as outputs.
+def report_table(path, caption, category, label):
+    """The report shows HTML in a frame but a CSV only as a download: tables go as pages."""
+    return report_output(
+        path,
+        caption=caption,
+        category=category,
+        subcategory="Tables",
+        labels={"table": label},
+    )
+
+
+def report_figures(stems, folder, category, caption_of, label_of):
+    return [
+        report_output(
+            f"{folder}/figures/{stem}.png",
+            caption=f"../report/{caption_of(stem)}.rst",
+            category=category,
+            subcategory="Figures",
+            labels={"figure": label_of(stem)},
+        )
+        for stem in stems
+    ]

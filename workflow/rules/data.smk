@@ -4,55 +4,49 @@
 
 rule tokenize:
     output:
-        tokens="results/data/{data}/tokens.bin",
-        tokenizer="results/data/{data}/tokenizer.json",
-        meta="results/data/{data}/tokens.json",
+        [f"{layout.dataset_dir()}/{name}" for name in layout.TOKENIZE_FILES],
     log:
-        "results/logs/tokenize/{data}.log",
+        layout.log("tokenize", "{data}"),
     conda:
         "../../envs/train.yaml"
     params:
         spec=dataset_spec_json,
         out_dir=output_dir,
     shell:
-        "python -m ihsweep.data.natural tokenize --spec {params.spec:q}"
+        "python -m ihsweep.steps.tokenize --spec {params.spec:q}"
         " --out-dir {params.out_dir} > {log} 2>&1"
 
 
 rule chunk:
     input:
-        source=chunk_source,
+        chunk_source,
     output:
-        train="results/data/{data}/C{ctx}/train.bin",
-        val="results/data/{data}/C{ctx}/val.bin",
-        meta="results/data/{data}/C{ctx}/chunks.json",
+        [f"{layout.chunk_dir()}/{name}" for name in layout.CHUNK_FILES],
     log:
-        "results/logs/chunk/{data}/C{ctx}.log",
+        layout.log("chunk", "{data}/C{ctx}"),
     conda:
         "../../envs/train.yaml"
     params:
         spec=dataset_spec_json,
-        command=chunk_command,
-        source_dir=input_dir,
         out_dir=output_dir,
     shell:
-        "python -m {params.command} {params.source_dir}"
-        " --context {wildcards.ctx} --spec {params.spec:q} --out-dir {params.out_dir}"
-        " > {log} 2>&1"
+        "python -m ihsweep.steps.chunk --spec {params.spec:q} --source-dir $(dirname {input})"
+        " --context {wildcards.ctx} --out-dir {params.out_dir} > {log} 2>&1"
 
 
 rule chain:
     input:
         chain_source,
     output:
-        chain="results/chains/{grid}/chain.npy",
-        stationary="results/chains/{grid}/stationary.npy",
-        meta="results/chains/{grid}/chain.json",
+        [f"{layout.chain_dir()}/{name}" for name in layout.CHAIN_FILES],
     log:
-        "results/logs/chain/{grid}.log",
+        layout.log("chain", "{grid}"),
     conda:
         "../../envs/train.yaml"
     params:
-        args=chain_args,
+        spec=chain_spec_json,
+        out_dir=output_dir,
+        source=chain_source_flag,
     shell:
-        "python -m ihsweep.data.chains {params.args} > {log} 2>&1"
+        "python -m ihsweep.steps.chain --spec {params.spec:q} {params.source}"
+        " --out-dir {params.out_dir} > {log} 2>&1"

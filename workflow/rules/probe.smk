@@ -3,36 +3,38 @@
 
 rule probe:
     input:
-        "results/runs/{data}/{model}/B{batch}-C{ctx}-s{seed}/run.json",
+        layout.run_file(layout.RUN_JSON),
     output:
-        heads="results/runs/{data}/{model}/B{batch}-C{ctx}-s{seed}/probes/heads.parquet",
-        model="results/runs/{data}/{model}/B{batch}-C{ctx}-s{seed}/probes/model.parquet",
+        heads=layout.probe_table("heads"),
+        model=layout.probe_table("model"),
     log:
-        "results/logs/probe/{data}/{model}/B{batch}-C{ctx}-s{seed}.log",
+        layout.log("probe", layout.run_name()),
     conda:
         "../../envs/train.yaml"
-    threads: 1
+    threads: EXECUTION_SETTINGS["threads"]
     resources:
-        gpu=config["resources"]["gpu"],
-        gpu_model=config["resources"]["gpu_model"] or "",
-        mem_mb=config["resources"]["probe_mem_mb"],
+        device=EXECUTION_SETTINGS["device"],
+        gpu=EXECUTION_SETTINGS["gpu"],
+        gpu_model=EXECUTION_SETTINGS["gpu_model"] or "",
+        mem_mb=EXECUTION_SETTINGS["probe_mem_mb"],
         runtime=probe_runtime,
     params:
-        probe=probe_json,
+        probe=section_json("probe"),
         run_dir=input_dir,
     shell:
-        "python -m ihsweep.probe --run-dir {params.run_dir} --probe {params.probe:q}"
-        " --heads {output.heads} --model-table {output.model} --threads {threads} > {log} 2>&1"
+        "python -m ihsweep.steps.probe --run-dir {params.run_dir} --probe {params.probe:q}"
+        " --heads {output.heads} --model-table {output.model} --device {resources.device}"
+        " --threads {threads} > {log} 2>&1"
 
 
 # One figure per run: its probe curves with the emergence point, and PS per head over time.
 rule run_figure:
     input:
-        heads="results/runs/{data}/{model}/B{batch}-C{ctx}-s{seed}/probes/heads.parquet",
-        model="results/runs/{data}/{model}/B{batch}-C{ctx}-s{seed}/probes/model.parquet",
+        heads=layout.probe_table("heads"),
+        model=layout.probe_table("model"),
     output:
         png=report(
-            "results/runs/{data}/{model}/B{batch}-C{ctx}-s{seed}/figures/run.png",
+            layout.run_figures()[0],
             caption="../report/run.rst",
             category="Runs",
             subcategory="{data}",
@@ -44,20 +46,18 @@ rule run_figure:
                 "seed": "{seed}",
             },
         ),
-        pdf="results/runs/{data}/{model}/B{batch}-C{ctx}-s{seed}/figures/run.pdf",
-        provenance="results/runs/{data}/{model}/B{batch}-C{ctx}-s{seed}/figures/provenance.json",
+        pdf=layout.run_figures()[1],
+        provenance=layout.run_figures()[2],
     log:
-        "results/logs/run_figure/{data}/{model}/B{batch}-C{ctx}-s{seed}.log",
+        layout.log("run_figure", layout.run_name()),
     conda:
         "../../envs/analysis.yaml"
     params:
         probes=input_dir,
-        stem=lambda wildcards, output: output.png[: -len(".png")],
-        metric=config["emergence"]["metric"],
-        method=config["emergence"]["method"],
-        min_rise=config["emergence"]["min_rise"],
+        stem=output_stem,
+        emergence=section_json("emergence"),
         config_sha256=CONFIG_SHA256,
     shell:
-        "python -m ihsweep.run_figures --probes {params.probes} --metric {params.metric}"
-        " --method {params.method} --min-rise {params.min_rise} --out {params.stem}"
+        "python -m ihsweep.steps.run_figure --probes {params.probes}"
+        " --emergence {params.emergence:q} --out {params.stem}"
         " --config-sha256 {params.config_sha256} > {log} 2>&1"

@@ -1,7 +1,7 @@
 """Markov chains for experiments 2 and 3: the transition matrix a Markov dataset is drawn from.
 
-Two constructions, each a function and a CLI subcommand (``python -m ihsweep.data.chains
---help``). Both produce a row-stochastic float64 matrix ``P[prev, next]`` of shape [V, V].
+Two constructions, each a function (the command is ``python -m ihsweep.steps.chain``). Both
+produce a row-stochastic float64 matrix ``P[prev, next]`` of shape [V, V].
 
 **Semi-natural chain (experiment 2)**, :func:`bigram_chain`. The bigram matrix of a real token
 stream over its ``vocab_cap`` most frequent types (ties broken by the smaller id). Every other
@@ -91,17 +91,15 @@ for bigram chains ``types.npy`` (int64 [V], the original token id of each chain 
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 from ihsweep.data.markov import stationary_distribution
-from ihsweep.io import atomic_path, json_arg, write_json
+from ihsweep.io import atomic_path, write_json
 
 CHAIN_FORMAT = "ihsweep.markov.chain/1"
 CHAIN_JSON = "chain.json"
@@ -117,21 +115,6 @@ POWER_STEPS = 20  # differentiable power-iteration steps per optimiser step (war
 INIT_NOISE = 1.0  # std of the Gaussian noise added to the initial logits (breaks row symmetry)
 PAPER_VOCAB = 10_000
 PAPER_ENTROPY_BITS = 6.2
-
-SYNTHETIC_DEFAULTS = {
-    "vocab_size": PAPER_VOCAB,
-    "dependency": True,
-    "categorial": True,
-    "marginal": "zipfian",
-    "n_blocks": 50,
-    "entropy_bits": None,  # None: default_entropy_bits(vocab_size)
-    "within_cos": None,  # None: 0.4 with categoriality, 0.1 without
-    "across_cos": 0.1,
-    "iterations": 5000,
-    "lr": 0.1,
-    "seed": 0,
-    "weights": None,  # None: LOSS_WEIGHTS; a partial dict overrides single terms
-}
 
 CHAIN_KEYS = {
     "format": "format tag, " + CHAIN_FORMAT,
@@ -258,21 +241,25 @@ def block_ids(vocab_size: int, n_blocks: int) -> np.ndarray:
 
 
 def synthetic_chain(
-    vocab_size: int = PAPER_VOCAB,
-    dependency: bool = True,
-    categorial: bool = True,
-    marginal: str = "zipfian",
-    n_blocks: int = 50,
-    entropy_bits: float | None = None,
-    within_cos: float | None = None,
-    across_cos: float = 0.1,
-    iterations: int = 5000,
-    lr: float = 0.1,
-    seed: int = 0,
-    weights: dict | None = None,
+    *,
+    vocab_size: int,
+    dependency: bool,
+    categorial: bool,
+    marginal: str,
+    n_blocks: int,
+    entropy_bits: float | None,
+    within_cos: float | None,
+    across_cos: float,
+    iterations: int,
+    lr: float,
+    seed: int,
+    weights: dict | None,
     device: str = "cpu",
 ) -> tuple[np.ndarray, dict]:
     """Build a synthetic chain (module docstring); return ``(P, report)``.
+
+    The arguments are a synthetic chain spec of the schema (``ihsweep.config.complete("chain",
+    ...)`` fills one in), without its ``kind``; ``device`` is where the optimisation runs.
 
     ``weights`` overrides single entries of :data:`LOSS_WEIGHTS`. P is float64 [V, V].
     ``report`` holds ``spec`` (all parameters, defaults and weights filled), ``measured``
@@ -567,7 +554,7 @@ def load_chain(out_dir) -> tuple[np.ndarray, np.ndarray, dict]:
     return P, pi, meta
 
 
-def build_bigram(tokens_dir, cap: int, out_dir, drop_eot: bool = False) -> dict:
+def build_bigram(tokens_dir, cap: int, out_dir, drop_eot: bool) -> dict:
     """The bigram CLI step: count the tokenize output's stream, write the chain folder."""
     from ihsweep.data.natural import open_tokens, read_meta
 
@@ -593,77 +580,13 @@ def build_bigram(tokens_dir, cap: int, out_dir, drop_eot: bool = False) -> dict:
     return write_chain(out_dir, P, stationary, meta, types=types)
 
 
-def normalise_synthetic_spec(spec: dict) -> dict:
-    """Fill defaults; unknown keys are errors (a typo must not silently use a default)."""
-    spec = dict(spec)
-    if spec.pop("kind", "synthetic") != "synthetic":
-        raise ValueError("expected a synthetic chain spec ('kind': 'synthetic')")
-    unknown = set(spec) - set(SYNTHETIC_DEFAULTS)
-    if unknown:
-        raise ValueError(f"unknown synthetic chain keys: {sorted(unknown)}")
-    return {**SYNTHETIC_DEFAULTS, **spec}
-
-
 def build_synthetic(spec: dict, out_dir, device: str = "cpu") -> dict:
-    """The synthetic CLI step: build the chain from a spec, write the chain folder."""
-    P, report = synthetic_chain(**normalise_synthetic_spec(spec), device=device)
+    """Build the chain of a complete synthetic chain spec, write the chain folder."""
+    params = {key: value for key, value in spec.items() if key != "kind"}
+    P, report = synthetic_chain(**params, device=device)
     stationary = report.pop("stationary")
     meta = {"kind": "synthetic", **report}
     return write_chain(out_dir, P, stationary, meta)
 
 
 # --- command line ----------------------------------------------------------------------------
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m ihsweep.data.chains",
-        description="Build the Markov chain of a semi-natural (bigram) or synthetic dataset.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    bi = sub.add_parser("bigram", help="bigram chain of a tokenized corpus (experiment 2)")
-    bi.add_argument("--tokens-dir", required=True, help="output directory of natural 'tokenize'")
-    bi.add_argument("--cap", type=int, required=True, help="keep the N most frequent token types")
-    bi.add_argument("--out-dir", required=True, help="directory for chain.npy, chain.json, ...")
-    bi.add_argument(
-        "--drop-eot",
-        action="store_true",
-        help="drop the document separator like a rare token (default: keep it as a state)",
-    )
-
-    sy = sub.add_parser("synthetic", help="optimised synthetic chain (experiment 3)")
-    sy.add_argument(
-        "--spec",
-        type=json_arg,
-        required=True,
-        help="JSON object (or @file) with keys among "
-        + ", ".join(SYNTHETIC_DEFAULTS)
-        + "; absent keys take the paper's defaults",
-    )
-    sy.add_argument("--out-dir", required=True, help="directory for chain.npy, chain.json, ...")
-    sy.add_argument(
-        "--device", default="cpu", help="torch device for the optimisation: cpu, cuda, or auto"
-    )
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.command == "bigram":
-        meta = build_bigram(args.tokens_dir, args.cap, args.out_dir, args.drop_eot)
-    else:
-        meta = build_synthetic(args.spec, args.out_dir, args.device)
-    m = meta["measured"]
-    print(
-        f"{meta['kind']} chain V={meta['vocab_size']}: entropy rate "
-        f"{m['entropy_rate_bits']:.3f} bits, KL(sorted) {m['kl_sorted']:.2e}, row max "
-        f"{m['mean_row_max']:.3f}, within cos {m['within_cos']:.3f}, across cos "
-        f"{m['across_cos'] if m['across_cos'] is None else round(m['across_cos'], 3)}, "
-        f"{meta['seconds']:.1f} s -> {args.out_dir}"
-    )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -19,6 +19,12 @@ CHUNKS_JSON = "chunks.json"
 SPLITS = ("train", "val")
 
 
+def token_dtype(vocab_size: int) -> np.dtype:
+    """The narrowest unsigned dtype that holds every id 0 .. vocab_size - 1 (uint16 up to a
+    vocabulary of exactly 65,536), for every family's token files."""
+    return np.dtype(np.uint16) if vocab_size <= 1 << 16 else np.dtype(np.uint32)
+
+
 def read_chunks_meta(data_dir: str | os.PathLike) -> dict:
     path = Path(data_dir) / CHUNKS_JSON
     if not path.is_file():

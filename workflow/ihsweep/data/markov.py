@@ -77,6 +77,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ihsweep.data.chunks import token_dtype
+
 CALIBRATIONS = ("exact", "paper")
 MIN_CONTEXT = 5
 BLOCK_BYTES = 64 * 2**20  # default block: its last-position table [block, V] stays within this
@@ -89,10 +91,6 @@ ENTROPY_ESTIMATOR = "plug-in H(x[t+1] | x[t]) from within-sequence bigram counts
 
 
 # --- chain utilities ---------------------------------------------------------------------------
-
-
-def token_dtype(vocab_size: int) -> np.dtype:
-    return np.dtype(np.uint16) if vocab_size <= 65536 else np.dtype(np.uint32)
 
 
 def second_half_start(context: int) -> int:
@@ -190,9 +188,7 @@ def max_frequency(r: float, context: int) -> float:
     return expected_frequency(1.0, r, context)
 
 
-def context_start_probability(
-    f: float, r: float, context: int, calibration: str = "exact"
-) -> float:
+def context_start_probability(f: float, r: float, context: int, calibration: str) -> float:
     """The e that makes the generator's expected measured f equal ``f`` (or the paper's rule)."""
     if calibration not in CALIBRATIONS:
         raise ValueError(f"calibration must be one of {CALIBRATIONS}, got {calibration!r}")
@@ -331,7 +327,7 @@ class PreparedChain:
         f: float,
         r: float,
         seed: int,
-        calibration: str = "exact",
+        calibration: str,
         block_size: int | None = None,
     ) -> np.ndarray:
         """:func:`generate` on this chain."""
@@ -623,7 +619,7 @@ def generate(
     f: float,
     r: float,
     seed: int,
-    calibration: str = "exact",
+    calibration: str,
     block_size: int | None = None,
 ) -> np.ndarray:
     """``n_sequences`` sequences of length ``context`` [n, C], uint16 (V <= 65536) or uint32.
@@ -651,7 +647,7 @@ def generate_reference(
     f: float,
     r: float,
     seed: int,
-    calibration: str = "exact",
+    calibration: str,
 ) -> np.ndarray:
     """The same process as :func:`generate`, one sequence and one token at a time.
 

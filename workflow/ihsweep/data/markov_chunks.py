@@ -1,17 +1,16 @@
 """Markov datasets: draw train and validation sequences from a chain, in the shared chunk format.
 
-``python -m ihsweep.data.markov_chunks --spec JSON --chain-dir DIR --context C --out-dir OUT``
-loads the chain folder written by :mod:`ihsweep.data.chains`, draws ``n_train_sequences`` and
-``n_val_sequences`` length-C sequences with :func:`ihsweep.data.markov.generate` (each split its
-own seed, derived from the dataset seed and C, so splits and context sizes never share a
-stream), and writes ``train.bin``, ``val.bin`` and, last, ``chunks.json``
-(:mod:`ihsweep.data.chunks`) with the requested and measured statistics (:data:`CHUNKS_KEYS`).
+``make_chunks(spec, chain_dir, context, out_dir)`` (the command is ``python -m
+ihsweep.steps.chunk``) loads the chain folder written by :mod:`ihsweep.data.chains`, draws
+``n_train_sequences`` and ``n_val_sequences`` length-C sequences with
+:func:`ihsweep.data.markov.generate` (each split its own seed, derived from the dataset seed and
+C, so splits and context sizes never share a stream), and writes ``train.bin``, ``val.bin`` and,
+last, ``chunks.json`` (:mod:`ihsweep.data.chunks`) with the requested and measured statistics
+(:data:`CHUNKS_KEYS`).
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from pathlib import Path
 
@@ -19,8 +18,8 @@ import numpy as np
 
 from ihsweep.data import markov
 from ihsweep.data.chains import load_chain
-from ihsweep.data.chunks import CHUNKS_JSON, SPLITS
-from ihsweep.io import atomic_path, json_arg, write_json
+from ihsweep.data.chunks import CHUNKS_JSON, SPLITS, token_dtype
+from ihsweep.io import atomic_path, write_json
 
 CHUNKS_FORMAT = "ihsweep.markov.chunks/1"
 
@@ -51,20 +50,18 @@ def split_seeds(seed: int, context: int) -> dict[str, int]:
 
 def make_chunks(spec: dict, chain_dir, context: int, out_dir) -> dict:
     """Draw both splits from the chain in chain_dir, write them to out_dir; return the sidecar."""
-    if spec.get("family") != "markov":
-        raise ValueError(f"expected a markov dataset spec, got family {spec.get('family')!r}")
     f, r = float(spec["frequency"]), float(spec["reliability"])
-    calibration = spec.get("calibration", "exact")
+    calibration = spec["calibration"]
     e = markov.context_start_probability(f, r, context, calibration)  # fail before any work
     P, pi, chain_meta = load_chain(chain_dir)
     V = int(P.shape[0])
-    seed = int(spec.get("seed", 0))
+    seed = int(spec["seed"])
     seeds = split_seeds(seed, context)
     counts = {"train": int(spec["n_train_sequences"]), "val": int(spec["n_val_sequences"])}
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    dtype = markov.token_dtype(V).newbyteorder("<")
+    dtype = token_dtype(V).newbyteorder("<")
     prepared = markov.PreparedChain(P, pi)  # the alias tables are built once for both splits
     measured, seconds, files = {}, {}, {}
     for split in SPLITS:
@@ -83,7 +80,7 @@ def make_chunks(spec: dict, chain_dir, context: int, out_dir) -> dict:
         "format": CHUNKS_FORMAT,
         "context": context,
         "vocab_size": V,
-        "dtype": np.dtype(markov.token_dtype(V)).name,
+        "dtype": np.dtype(token_dtype(V)).name,
         "n_train": counts["train"],
         "n_val": counts["val"],
         "files": files,
@@ -102,31 +99,3 @@ def make_chunks(spec: dict, chain_dir, context: int, out_dir) -> dict:
     }
     write_json(out / CHUNKS_JSON, meta)
     return meta
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m ihsweep.data.markov_chunks",
-        description="Draw the train/val sequences of a Markov dataset at one context size.",
-    )
-    parser.add_argument("--spec", type=json_arg, required=True, help="the dataset entry (JSON)")
-    parser.add_argument("--chain-dir", required=True, help="chain folder (chains.py output)")
-    parser.add_argument("--context", type=int, required=True, help="C, tokens per sequence")
-    parser.add_argument("--out-dir", required=True, help="directory for train.bin, chunks.json")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    meta = make_chunks(args.spec, args.chain_dir, args.context, args.out_dir)
-    req, tr = meta["requested"], meta["measured"]["train"]
-    print(
-        f"C={meta['context']} V={meta['vocab_size']}: {meta['n_train']} train / {meta['n_val']} "
-        f"val sequences; f {req['frequency']} -> {tr['f']}, r {req['reliability']} -> {tr['r']}, "
-        f"first-half repeats {tr['first_half_repeats']} -> {args.out_dir}"
-    )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

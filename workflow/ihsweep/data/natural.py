@@ -1,6 +1,7 @@
 """Natural-text data: tokenize a corpus once, then cut it into training chunks per context size.
 
-Two steps, each a CLI subcommand (``python -m ihsweep.data.natural --help``) and a function:
+Two steps, each a function (the commands are ``python -m ihsweep.steps.tokenize`` and
+``python -m ihsweep.steps.chunk``):
 
 ``tokenize`` (:func:`tokenize_corpus`) reads the dataset entry ``{"family": "natural",
 "corpus": {...}, "tokenizer": {...}, "repetition": {...}, "val_fraction": 0.05}`` and writes
@@ -21,7 +22,7 @@ training chunks (seeded) and writes
   injected copy ``x[b:b+L] = x[a:a+L]``, or ``(0, -1, -1)`` for none (:func:`open_copies`);
 - ``chunks.json``: the sidecar, written last (see :data:`CHUNKS_KEYS`).
 
-Repetition control (``spec["repetition"]``; absent or null keys are off):
+Repetition control (``spec["repetition"]``; null or zero is off):
 
 - ``repeated_bigram_fraction: p`` is the paper's manipulation. A chunk "has a repeat" when some
   bigram ``(x[i], x[i+1])`` occurs at least twice in it. The largest subset of chunks in which a
@@ -39,11 +40,10 @@ Every file is written to a temporary name in its directory and moved into place 
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
+import math
 import os
-import sys
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -53,8 +53,8 @@ import tokenizers
 
 from ihsweep.data import corpus as corpus_mod
 from ihsweep.data import tokenizer as tok_mod
-from ihsweep.data.chunks import CHUNKS_JSON, SPLITS, open_array
-from ihsweep.io import atomic_path, json_arg, write_json
+from ihsweep.data.chunks import CHUNKS_JSON, SPLITS, open_array, token_dtype
+from ihsweep.io import atomic_path, write_json
 
 TOKENS_FORMAT = "ihsweep.natural.tokens/1"
 CHUNKS_FORMAT = "ihsweep.natural.chunks/1"
@@ -108,9 +108,7 @@ CHUNKS_KEYS = {
 
 def tokenize_corpus(spec: dict, out_dir: str | os.PathLike, base_dir=".") -> dict:
     """Tokenize the dataset entry's corpus into out_dir; return the sidecar dict."""
-    _check_family(spec)
-    corpus_spec = corpus_mod.normalise_spec(spec["corpus"])
-    tok_spec = tok_mod.validate_spec(spec["tokenizer"])
+    corpus_spec, tok_spec = spec["corpus"], spec["tokenizer"]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     fingerprint = corpus_mod.corpus_fingerprint(corpus_spec, base_dir)
@@ -121,7 +119,7 @@ def tokenize_corpus(spec: dict, out_dir: str | os.PathLike, base_dir=".") -> dic
     t1 = time.perf_counter()
 
     vocab = tok.get_vocab_size()
-    dtype = tok_mod.token_dtype(vocab)
+    dtype = token_dtype(vocab)
     counter = _Counter(corpus_mod.load_documents(corpus_spec, base_dir))
     n_tokens, tokens_sha = _write_stream(
         out / "tokens.bin", tok_mod.encode_documents(tok, counter), dtype, vocab
@@ -249,9 +247,10 @@ def copy_length_range(copy_length, context: int) -> tuple[int, int]:
     if not 0 < lo_f <= hi_f or lo < 1:
         raise ValueError(f"copy_length {copy_length} gives lengths [{lo}, {hi}] at C={context}")
     if 2 * hi > context:
+        longest = math.floor(context // 2 / context * 1e4) / 1e4
         raise ValueError(
-            f"copy_length {copy_length}: a copy of {hi} tokens and its source need {2 * hi} > "
-            f"C={context} positions"
+            f"hi = {hi_f} is too long for C = {context}: a copy of round(hi*C) = {hi} tokens "
+            f"and its source need {2 * hi} > {context} positions; make hi <= {longest}"
         )
     return lo, hi
 
@@ -294,38 +293,20 @@ def apply_copies(chunks: np.ndarray, copies: np.ndarray) -> None:
     chunks[r, (b + offset)[mask]] = chunks[r, (a + offset)[mask]]
 
 
-def normalise_repetition(rep: dict | None) -> dict:
-    """Fill absent keys with None (off) and check ranges; unknown keys are errors."""
-    rep = dict(rep or {})
-    known = ("repeated_bigram_fraction", "copy_fraction", "copy_length")
-    unknown = set(rep) - set(known)
-    if unknown:
-        raise ValueError(f"unknown repetition keys: {sorted(unknown)}")
-    out = {k: rep.get(k) for k in known}
-    for key in ("repeated_bigram_fraction", "copy_fraction"):
-        if out[key] is not None and not 0.0 <= float(out[key]) <= 1.0:
-            raise ValueError(f"repetition.{key} must be in [0, 1], got {out[key]}")
-    if out["copy_fraction"] and out["copy_length"] is None:
-        raise ValueError("repetition.copy_fraction needs copy_length: [lo, hi] (fractions of C)")
-    return out
-
-
 # --- chunk -----------------------------------------------------------------------------------
 
 
 def chunk_tokens(
-    tokens_dir: str | os.PathLike,
-    context: int,
-    spec: dict,
-    out_dir: str | os.PathLike,
-    seed: int = 0,
+    tokens_dir: str | os.PathLike, context: int, spec: dict, out_dir: str | os.PathLike
 ) -> dict:
-    """Cut the token stream into train/val chunks with repetition control; return the sidecar."""
-    _check_family(spec)
+    """Cut the token stream into train/val chunks with repetition control; return the sidecar.
+
+    Every random choice (split streams, chunk order, injected copies) follows ``spec["seed"]``.
+    """
     if context < 2:
         raise ValueError(f"context must be at least 2, got {context}")
-    rep = normalise_repetition(spec.get("repetition"))
-    val_fraction = float(spec.get("val_fraction", 0.05))
+    rep, seed = spec["repetition"], spec["seed"]
+    val_fraction = float(spec["val_fraction"])
     if not 0.0 <= val_fraction < 1.0:
         raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
     if rep["copy_fraction"]:
@@ -466,11 +447,6 @@ def open_copies(out_dir: str | os.PathLike, split: str) -> np.ndarray:
 # --- small helpers ---------------------------------------------------------------------------
 
 
-def _check_family(spec: dict) -> None:
-    if spec.get("family", "natural") != "natural":
-        raise ValueError(f"expected a natural-family dataset spec, got family {spec['family']!r}")
-
-
 def _round_half_up(x: float) -> int:
     return int(np.floor(x + 0.5))
 
@@ -493,62 +469,3 @@ def _create_memmap(path: str, shape: tuple[int, int], dtype) -> np.ndarray:
         Path(path).write_bytes(b"")
         return np.zeros(shape, dtype=dt)
     return np.memmap(path, dtype=dt, mode="w+", shape=shape)
-
-
-# --- command line ----------------------------------------------------------------------------
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m ihsweep.data.natural",
-        description="Tokenize a natural-text corpus and cut it into training chunks.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    tok = sub.add_parser("tokenize", help="tokenize a corpus into tokens.bin + tokens.json")
-    tok.add_argument(
-        "--spec",
-        type=json_arg,
-        required=True,
-        help='dataset entry as JSON (or @file): {"family": "natural", "corpus": {...}, '
-        '"tokenizer": {...}, ...}',
-    )
-    tok.add_argument("--out-dir", required=True, help="directory for tokens.bin, tokenizer.json")
-    tok.add_argument("--base-dir", default=".", help="directory that corpus paths are relative to")
-
-    ch = sub.add_parser("chunk", help="cut tokens into train/val chunks with repetition control")
-    ch.add_argument("--tokens-dir", required=True, help="output directory of 'tokenize'")
-    ch.add_argument("--context", type=int, required=True, help="tokens per chunk (C)")
-    ch.add_argument(
-        "--spec",
-        type=json_arg,
-        required=True,
-        help="dataset entry as JSON (or @file); uses its repetition and val_fraction",
-    )
-    ch.add_argument("--out-dir", required=True, help="directory for train.bin, val.bin, ...")
-    ch.add_argument("--seed", type=int, default=0, help="seed of all random choices (default 0)")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.command == "tokenize":
-        meta = tokenize_corpus(args.spec, args.out_dir, args.base_dir)
-        print(
-            f"tokenized {meta['n_documents']} documents ({meta['n_text_bytes']} bytes) into "
-            f"{meta['n_tokens']} tokens, vocab {meta['vocab_size']}, {meta['dtype']}, "
-            f"in {sum(meta['seconds'].values()):.1f} s -> {args.out_dir}"
-        )
-    else:
-        meta = chunk_tokens(args.tokens_dir, args.context, args.spec, args.out_dir, args.seed)
-        tr = meta["splits"]["train"]
-        print(
-            f"C={meta['context']}: {meta['n_train']} train / {meta['n_val']} val chunks; "
-            f"repeated-bigram share {tr['repeat_share_before']} -> {tr['repeat_share_after']}, "
-            f"copy share {tr['copy_share']} -> {args.out_dir}"
-        )
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -27,6 +27,7 @@ from tokenizers import ByteLevelBPETokenizer, Tokenizer
 from ihsweep.io import atomic_path
 
 EOT = "<|endoftext|>"
+BPE_MIN_FREQUENCY = 2  # a merge must occur at least twice in the corpus
 GPT2_VOCAB_SIZE = 50257
 GPT2_EOT_ID = 50256
 KINDS = ("gpt2", "bpe")
@@ -42,17 +43,6 @@ def gpt2_files() -> tuple[Path, Path]:
     return vocab, merges
 
 
-def validate_spec(spec: dict) -> dict:
-    kind = spec.get("kind")
-    if kind not in KINDS:
-        raise ValueError(f"tokenizer kind must be one of {KINDS}, got {kind!r}")
-    if kind == "bpe":
-        size = spec.get("vocab_size")
-        if not isinstance(size, int) or size <= 257:
-            raise ValueError(f"bpe tokenizer needs an integer vocab_size > 257, got {size!r}")
-    return spec
-
-
 def build_tokenizer(
     spec: dict, documents: Iterable[str] | None, out_path: str | os.PathLike
 ) -> Tokenizer:
@@ -60,7 +50,6 @@ def build_tokenizer(
 
     ``documents`` is only read for ``bpe``; it may be a one-shot iterator.
     """
-    spec = validate_spec(spec)
     if spec["kind"] == "gpt2":
         vocab, merges = gpt2_files()
         tok = ByteLevelBPETokenizer(str(vocab), str(merges))
@@ -71,7 +60,7 @@ def build_tokenizer(
         tok.train_from_iterator(
             documents,
             vocab_size=spec["vocab_size"],
-            min_frequency=spec.get("min_frequency", 2),
+            min_frequency=BPE_MIN_FREQUENCY,
             special_tokens=[EOT],
             show_progress=False,
         )
@@ -107,11 +96,6 @@ def eot_id(tok: Tokenizer) -> int:
     if tid is None:
         raise ValueError(f"tokenizer has no {EOT} token")
     return tid
-
-
-def token_dtype(vocab_size: int) -> np.dtype:
-    """uint16 for vocabularies below 65,536 (half the bytes of uint32), else uint32."""
-    return np.dtype(np.uint16) if vocab_size < 1 << 16 else np.dtype(np.uint32)
 
 
 def encode_documents(

@@ -10,26 +10,19 @@
 - ``plot_law_fit``: predicted against observed emergence point (updates, log-log), the identity
   line, and the fitted a, b, T, r (with 95% intervals) and the model-size coefficient c.
 
-Style: the Okabe-Ito colour-blind-safe palette, 8-point text, units on every axis. Figures are
-built on matplotlib's ``Figure`` with the Agg canvas directly (no pyplot), so importing this
-module never changes the caller's backend or leaks open figures. Each function writes
-``<out_stem>.png`` and ``<out_stem>.pdf`` with the timestamp and software metadata removed, so
-rerunning on the same input gives byte-identical files.
+Each function writes ``<out_stem>.png`` and ``<out_stem>.pdf`` in the shared style
+(``ihsweep.figures.style``).
 """
 
 from __future__ import annotations
 
 import math
 import textwrap
-from contextlib import contextmanager
 from pathlib import Path
 
 import matplotlib as mpl
 import numpy as np
 import pandas as pd
-from cycler import cycler
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import (
@@ -40,39 +33,16 @@ from matplotlib.ticker import (
     NullLocator,
 )
 
-from ihsweep.lawfit import predict_updates
-
-# Okabe & Ito (2008), reordered so that the first colours are the most distinct on white;
-# yellow comes last because it is faint on a white background.
-PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]
-MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
-POINT_COLOUR = "#009E73"
-
-STYLE = {
-    "font.size": 8,
-    "axes.titlesize": 8,
-    "axes.labelsize": 8,
-    "legend.fontsize": 7,
-    "xtick.labelsize": 7,
-    "ytick.labelsize": 7,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.grid": True,
-    "grid.alpha": 0.3,
-    "grid.linewidth": 0.5,
-    "lines.linewidth": 1.2,
-    "lines.markersize": 3.5,
-    "axes.prop_cycle": cycler(color=PALETTE),
-    "legend.frameon": False,
-    "savefig.dpi": 200,
-    "pdf.fonttype": 42,  # embed TrueType, so text in the PDF stays editable
-}
-
-METRIC_LABELS = {
-    "ps_max": "prefix-matching score (max over heads)",
-    "la_max": "logit attribution (max over heads)",
-    "ar_acc": "associative-recall accuracy",
-}
+from ihsweep.analysis.lawfit import predict_updates
+from ihsweep.figures.style import (
+    MARKERS,
+    METRIC_LABELS,
+    PALETTE,
+    POINT_COLOUR,
+    figure_style,
+    new_figure,
+    save_figure,
+)
 
 
 def plot_run_curves(model_table: pd.DataFrame, emergence: pd.DataFrame, out_stem) -> list[Path]:
@@ -232,28 +202,6 @@ def plot_law_fit(emergence: pd.DataFrame, fit: dict, out_stem) -> list[Path]:
 
 
 # --- helpers -------------------------------------------------------------------------------
-
-
-@contextmanager
-def figure_style():
-    with mpl.rc_context(STYLE):
-        yield
-
-
-def new_figure(width: float, height: float) -> Figure:
-    fig = Figure(figsize=(width, height), layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def save_figure(fig: Figure, out_stem) -> list[Path]:
-    stem = Path(out_stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    png, pdf = stem.with_name(stem.name + ".png"), stem.with_name(stem.name + ".pdf")
-    # Software and dates are the only varying bytes; dropping them makes reruns identical.
-    fig.savefig(png, metadata={"Software": None})
-    fig.savefig(pdf, metadata={"CreationDate": None, "ModDate": None})
-    return [png, pdf]
 
 
 def _single_value(table: pd.DataFrame, column: str, default: str) -> str:

@@ -1,19 +1,17 @@
 """Train one run: one (dataset, model, batch size B, context size C, seed) configuration.
 
-    python -m ihsweep.train --spec '<json from ihsweep.config.Study.train_spec>' \
-        --data-dir results/data/<data>/C<C> --run-dir results/runs/<run id>
-
-Reads top to bottom: data, model, optimiser, loop, evaluation, checkpoints. Checkpoints are
-saved at the token counts of the spec (converted to steps), each with the resume state, so a
-killed job restarts at its last checkpoint and ends with the same weights, bit for bit on CPU,
-as an uninterrupted run: the batch at step i is a pure function of (seed, i), and the model,
-optimiser and RNG states are restored exactly. SIGTERM or SIGUSR1 (sent by SLURM before a
-walltime kill or on preemption) saves the resume state at the next step and exits non-zero.
+``train(spec, data_dir, run_dir, ...)`` takes a spec from ``ihsweep.config.Study.train_spec``;
+the command is ``python -m ihsweep.steps.train``. Reads top to bottom: data, model, optimiser,
+loop, evaluation, checkpoints. Checkpoints are saved at the token counts of the spec (converted
+to steps), each with the resume state, so a killed job restarts at its last checkpoint and ends
+with the same weights, bit for bit on CPU, as an uninterrupted run: the batch at step i is a
+pure function of (seed, i), and the model, optimiser and RNG states are restored exactly.
+SIGTERM or SIGUSR1 (sent by SLURM before a walltime kill or on preemption) saves the resume
+state at the next step and exits non-zero.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
@@ -27,15 +25,16 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ihsweep.checkpoints import (
+from ihsweep.data.chunks import open_chunks, read_chunks_meta
+from ihsweep.io import write_json
+from ihsweep.layout import LOSS_CSV, PROGRESS_JSON, RUN_JSON
+from ihsweep.training.checkpoints import (
     list_checkpoints,
     load_resume_state,
     save_checkpoint,
     save_resume_state,
 )
-from ihsweep.data.chunks import open_chunks, read_chunks_meta
-from ihsweep.io import write_json
-from ihsweep.model import GPT, GPTConfig, count_flops_per_token
+from ihsweep.training.model import GPT, GPTConfig, count_flops_per_token
 
 EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: "try again", the retry resumes from the saved state
 
@@ -82,7 +81,7 @@ def pick_device(name: str) -> torch.device:
 
 
 # Logging cadence changes what is written, not what is computed: changing it keeps the state.
-# (Device, threads and the progress interval are not in the spec at all: command-line flags.)
+# (Device, threads and the progress interval are not in the spec at all: execution settings.)
 EXECUTION_KEYS = ("log_every",)
 
 
@@ -114,6 +113,7 @@ class Progress:
         self.start_time = self.last_time = clock()
         self.start_step = self.last_step = step
         self.losses: list[float] = []
+        self.tokens_per_second: float | None = None  # of the last line's window
 
     def add(self, loss: float) -> None:
         self.losses.append(loss)
@@ -126,6 +126,7 @@ class Progress:
         now = self.clock()
         window = max(now - self.last_time, 1e-9)
         tps = (step - self.last_step) * tokens_per_step / window
+        self.tokens_per_second = tps
         mean_tps = (step - self.start_step) * tokens_per_step / max(now - self.start_time, 1e-9)
         eta = (total_steps - step) * tokens_per_step / mean_tps if mean_tps > 0 else 0.0
         loss = float(np.mean(self.losses)) if self.losses else float("nan")
@@ -135,6 +136,44 @@ class Progress:
             f" | loss {loss:.4f} | {tps / 1e3:.1f}k tok/s"
             f" | {tps * flops_per_token / 1e9:.1f} GFLOP/s | ETA {format_eta(eta)}"
         )
+
+
+def write_progress(
+    run_dir: Path,
+    state: str,
+    step: int,
+    total_steps: int,
+    tokens_per_step: int,
+    tokens_per_second: float | None,
+    **extra,
+) -> None:
+    """The run's ``progress.json``, the one record ``ihsweep.status`` reads while it trains::
+
+        {"state": "running" | "interrupted" | "failed" | "done", "step", "total_steps",
+         "tokens", "budget", "tokens_per_second" (since the last record), "updated" (Unix time)}
+
+    plus ``signal`` (interrupted) or ``error`` (failed). A record that says running but has not
+    been updated for minutes belongs to a job that died without a word (killed, node lost).
+    """
+    record = {
+        "state": state,
+        "step": step,
+        "total_steps": total_steps,
+        "tokens": step * tokens_per_step,
+        "budget": total_steps * tokens_per_step,
+        "tokens_per_second": None if tokens_per_second is None else round(tokens_per_second, 1),
+        "updated": round(time.time(), 3),
+        **extra,
+    }
+    write_json(run_dir / PROGRESS_JSON, record)
+
+
+def read_progress(run_dir: Path) -> dict:
+    """The run's ``progress.json`` ({} when training never started or the file is damaged)."""
+    try:
+        return json.loads((Path(run_dir) / PROGRESS_JSON).read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def format_eta(seconds: float) -> str:
@@ -161,12 +200,28 @@ def train(
     spec: dict,
     data_dir: Path,
     run_dir: Path,
-    device: str = "auto",
-    threads: int = 1,
+    device: str,
+    threads: int,
+    progress_seconds: float,
     stop_after_step: int | None = None,
-    progress_seconds: float = 15.0,
 ) -> dict:
-    """Run (or resume) one training run; returns the summary written to ``run.json``."""
+    """Run (or resume) one training run; returns the summary written to ``run.json``.
+
+    ``progress.json`` follows the run (``write_progress``): running while it trains, then done,
+    interrupted (a signal: the state is saved and the retry resumes) or failed (any error)."""
+    run_dir = Path(run_dir)
+    tokens_per_step = spec["batch_size"] * spec["context_size"]
+    try:
+        return _train(spec, data_dir, run_dir, device, threads, progress_seconds, stop_after_step)
+    except Exception as err:
+        step = read_progress(run_dir).get("step", 0)  # the last step recorded before the error
+        error = f"{type(err).__name__}: {err}"
+        write_progress(run_dir, "failed", step, spec["total_steps"], tokens_per_step, None,
+                       error=error)  # fmt: skip
+        raise
+
+
+def _train(spec, data_dir, run_dir, device, threads, progress_seconds, stop_after_step):
     run_dir, tcfg = Path(run_dir), spec["training"]
     B, C, seed = spec["batch_size"], spec["context_size"], spec["seed"]
     total_steps, ckpt_steps = spec["total_steps"], set(spec["checkpoint_steps"])
@@ -200,7 +255,7 @@ def train(
 
     # --- resume, unless the saved state belongs to a different spec (then start afresh)
     step, fingerprint = 0, spec_hash(spec)
-    loss_log = run_dir / "loss.csv"
+    loss_log = run_dir / LOSS_CSV
     state = load_resume_state(run_dir)
     if state is not None and state["spec_hash"] != fingerprint:
         print(f"[{spec['run_id']}] spec changed since the saved state: starting afresh", flush=True)
@@ -220,6 +275,7 @@ def train(
         print(f"[{spec['run_id']}] resuming at step {step}/{total_steps}", flush=True)
     _truncate_loss_log(loss_log, step)
     run_dir.mkdir(parents=True, exist_ok=True)
+    write_progress(run_dir, "running", step, total_steps, B * C, None)
     if not loss_log.exists():
         loss_log.write_text("step,tokens,split,loss,lr\n")
 
@@ -282,12 +338,16 @@ def train(
         if progress.due(step, total_steps):
             line = progress.line(step, total_steps, B * C, flops_per_token)
             print(f"[{spec['run_id']}] {line}", flush=True)
+            write_progress(run_dir, "running", step, total_steps, B * C, progress.tokens_per_second)
         if step in ckpt_steps:
             save(step, float(np.mean(recent[-tcfg["log_every"] :])), True)
             del recent[: -tcfg["log_every"]]
         if stop.signum is not None or step == stop_after_step:
             if step not in ckpt_steps:
                 save(step, float("nan"), False)
+            signal_number = None if stop.signum is None else int(stop.signum)
+            write_progress(run_dir, "interrupted", step, total_steps, B * C,
+                           progress.tokens_per_second, signal=signal_number)  # fmt: skip
             if stop.signum is not None:
                 print(
                     f"[{spec['run_id']}] signal {stop.signum}: state saved at step {step}",
@@ -312,7 +372,10 @@ def train(
         else None,
         "spec_hash": fingerprint,
     }
-    write_json(run_dir / "run.json", summary)
+    write_progress(
+        run_dir, "done", step, total_steps, B * C, summary["tokens_per_second_this_session"]
+    )
+    write_json(run_dir / RUN_JSON, summary)
     print(f"[{spec['run_id']}] {summary_line(summary, checkpoints[-1])}", flush=True)
     return summary
 
@@ -337,39 +400,3 @@ def _truncate_loss_log(path: Path, step: int) -> None:
     kept = lines[:1] + [ln for ln in lines[1:] if int(ln.split(",", 1)[0]) <= step]
     if len(kept) != len(lines):
         path.write_text("".join(kept))
-
-
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--spec", required=True, help="run spec as JSON (Study.train_spec)")
-    p.add_argument("--data-dir", required=True, type=Path, help="chunked dataset folder")
-    p.add_argument("--run-dir", required=True, type=Path, help="run output folder")
-    p.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda, cuda:N")
-    p.add_argument("--threads", type=int, default=1, help="torch threads on the CPU")
-    p.add_argument(
-        "--progress-seconds",
-        type=float,
-        default=15.0,
-        help="seconds of wall time between progress lines (0: every update)",
-    )
-    p.add_argument(
-        "--stop-after-step",
-        type=int,
-        default=None,
-        help="save resume state and stop after this step (for tests)",
-    )
-    args = p.parse_args(argv)
-    spec = json.loads(args.spec)
-    train(
-        spec,
-        args.data_dir,
-        args.run_dir,
-        args.device,
-        args.threads,
-        args.stop_after_step,
-        args.progress_seconds,
-    )
-
-
-if __name__ == "__main__":
-    main()

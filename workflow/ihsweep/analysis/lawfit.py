@@ -49,7 +49,7 @@ FORMULA = "log10 U_pt = log10 T - a log10 B - b log10 C"
 SIZE_FORMULA = FORMULA + " + c log10 N_params"
 
 
-def fit_law(emergence: pd.DataFrame, n_boot: int = 1000, seed: int = 0) -> dict:
+def fit_law(emergence: pd.DataFrame, n_boot: int, seed: int) -> dict:
     """Fit the law to the emerged runs of an emergence table; see the module docstring."""
     runs = _emerged_runs(emergence)
     result = _empty_result(runs, n_boot, seed)
@@ -231,3 +231,12 @@ def _num(value) -> float | None:
     """A plain float for JSON, None for NaN or infinity."""
     value = float(value)
     return value if math.isfinite(value) else None
+
+
+def fit_table(fit: dict) -> pd.DataFrame:
+    """One row per fitted quantity: ``quantity, estimate, ci_low, ci_high`` (CI empty if none)."""
+    rows = []
+    for key in ("a", "b", "log10_T", "c", "r", "loo_rmse_log10", "n_runs"):
+        ci = fit.get(f"{key}_ci") or [None, None]
+        rows.append({"quantity": key, "estimate": fit.get(key), "ci_low": ci[0], "ci_high": ci[1]})
+    return pd.DataFrame(rows, columns=["quantity", "estimate", "ci_low", "ci_high"])

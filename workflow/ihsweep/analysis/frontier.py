@@ -2,7 +2,7 @@
 
 Experiments 2 and 3 train one run per seed on Markov data generated with a requested frequency
 ``f = P(AB...A)`` and reliability ``r = P(B | AB...A)``. The input here is the per-run emergence
-table (``ihsweep.emergence.emergence_table``) with two more columns, ``frequency`` and
+table (``ihsweep.analysis.emergence.emergence_table``) with two more columns, ``frequency`` and
 ``reliability``: the *requested* f and r of the run's dataset. Requested values, not measured
 ones, because they are the grid coordinates shared by every seed of a cell; the measured values
 are compared with them separately (``markov_figures.plot_generator_stats``).

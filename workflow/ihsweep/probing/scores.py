@@ -35,9 +35,9 @@ __all__ = [
 def make_probe_batch(
     vocab_size: int,
     context_size: int,
-    n_sequences: int = 100,
-    max_half_length: int = 50,
-    seed: int = 1234,
+    n_sequences: int,
+    max_half_length: int,
+    seed: int,
 ) -> torch.Tensor:
     """A fixed probe batch, LongTensor [n_sequences, 2s] with ``s = min(max_half_length, C // 2)``.
 

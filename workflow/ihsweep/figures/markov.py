@@ -1,4 +1,4 @@
-"""Figures of the Markov-data experiments (SPEC section 4), in the style of ``ihsweep.figures``.
+"""Figures of the Markov-data experiments (SPEC section 4), in ``ihsweep.figures.style``.
 
 - ``plot_frontier``: experiment 2's (f, r) grid, each cell coloured by its emergence point
   (log tokens) or hatched grey with "none", the frontier staircase over it, cells that break
@@ -16,7 +16,7 @@ cell-edge coordinates and maps exactly onto that index grid (edge k -> k - 0.5).
 Emergence points use the sequential, colour-blind-safe ``cividis`` map on a log scale, one
 scale per figure, so the same colour means the same token count in every panel. Style, palette
 and the deterministic PNG + PDF writer (``figure_style``, ``new_figure``, ``save_figure``) are
-shared with ``ihsweep.figures``.
+shared with ``ihsweep.figures.natural``.
 """
 
 from __future__ import annotations
@@ -33,8 +33,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from ihsweep.figures import MARKERS, PALETTE, figure_style, new_figure, save_figure
-from ihsweep.frontier import (
+from ihsweep.analysis.frontier import (
     Frontier,
     format_tokens,
     grid_edges,
@@ -42,6 +41,7 @@ from ihsweep.frontier import (
     pareto_frontier,
     sensitivity,
 )
+from ihsweep.figures.style import MARKERS, PALETTE, figure_style, new_figure, save_figure
 
 CMAP = "cividis"
 NONE_FACE = "0.93"

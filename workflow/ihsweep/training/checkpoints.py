@@ -2,7 +2,8 @@
 
 A run directory holds
 - ``ckpt/step_{step:06d}.safetensors``: the model's ``state_dict`` (fp32, names as in
-  ``ihsweep.model``), and ``ckpt/step_{step:06d}.json``: step, tokens, losses, the run spec.
+  ``ihsweep.training.model``), and ``ckpt/step_{step:06d}.json``: step, tokens, losses, the
+  run spec.
   These are the files other tools read; the JSON is written last, so a checkpoint exists only
   once its JSON does.
 - ``state/resume.pt``: model, optimiser, step and RNG state for exact resumption. Loaded with

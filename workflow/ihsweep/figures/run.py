@@ -1,36 +1,23 @@
 """One run's figure: its probe curves and its per-head prefix-matching heat map (SPEC section 1).
 
-    python -m ihsweep.run_figures --probes results/runs/<id>/probes \\
-        --metric ps_max --method sigmoid --min-rise 0.05 --out results/runs/<id>/figures/run
+``plot_run``; the command is ``python -m ihsweep.steps.run_figure``.
 
 Left: max-over-heads prefix-matching score (PS), max-over-heads logit attribution (LA) and
 associative-recall accuracy (AR) against tokens seen (log axis), with train and validation loss
-on the right axis, and the run's emergence point (``ihsweep.emergence.detect`` with the study's
-settings, so it is the point of the aggregate tables) and its interval. Right: PS of every
-(layer, head) at every checkpoint, so one sees which heads became induction heads and when.
-Writes ``<out>.png`` and ``<out>.pdf`` (``ihsweep.figures.save_figure``: byte-identical reruns)
-and ``provenance.json`` beside them (``ihsweep.provenance``).
+on the right axis, and the run's emergence point (``ihsweep.analysis.emergence.run_point`` with
+the study's settings, so it is the point of the aggregate tables) and its interval. Right: PS of
+every (layer, head) at every checkpoint, so one sees which heads became induction heads and
+when. Writes ``<out>.png`` and ``<out>.pdf`` (``ihsweep.figures.style.save_figure``:
+byte-identical reruns) and ``provenance.json`` beside them (``ihsweep.provenance``).
 """
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
-from ihsweep.emergence import METHODS, METRICS, detect
-from ihsweep.figures import (
-    METRIC_LABELS,
-    PALETTE,
-    POINT_COLOUR,
-    figure_style,
-    new_figure,
-    save_figure,
-)
-from ihsweep.frontier import format_tokens
-from ihsweep.provenance import write_provenance
+from ihsweep.analysis.frontier import format_tokens
+from ihsweep.figures import style
 
 CURVES = [
     ("ps_max", "PS (max over heads)"),
@@ -45,12 +32,12 @@ def plot_run(model: pd.DataFrame, heads: pd.DataFrame, point: dict, metric: str,
     model = model[model["tokens"] > 0].sort_values("tokens")
     heads = heads[heads["tokens"] > 0]
     first = model.iloc[0]
-    with figure_style():
-        fig = new_figure(7.6, 3.1)
+    with style.figure_style():
+        fig = style.new_figure(7.6, 3.1)
         left, right = fig.subplots(1, 2, width_ratios=[1.15, 1])
         for i, (column, label) in enumerate(CURVES):
             ax_line = left.plot(
-                model["tokens"], model[column], marker="o", color=PALETTE[i], label=label
+                model["tokens"], model[column], marker="o", color=style.PALETTE[i], label=label
             )
             if column == metric:
                 ax_line[0].set_linewidth(2.0)
@@ -77,16 +64,16 @@ def plot_run(model: pd.DataFrame, heads: pd.DataFrame, point: dict, metric: str,
             if point["emerged"]
             else "no transition within the budget"
         )
-        fig.suptitle(
-            f"{first['run_id']}: {verdict} ({METRIC_LABELS.get(metric, metric)}, {point['method']})"
-        )
-        return save_figure(fig, out_stem)
+        label = style.METRIC_LABELS.get(metric, metric)
+        fig.suptitle(f"{first['run_id']}: {verdict} ({label}, {point['method']})")
+        return style.save_figure(fig, out_stem)
 
 
 def _mark(ax, point: dict) -> None:
     if point["emerged"]:
-        ax.axvspan(point["tokens_lo"], point["tokens_hi"], color=POINT_COLOUR, alpha=0.2, lw=0)
-        ax.axvline(point["tokens_pt"], color=POINT_COLOUR, lw=1.2)
+        span = (point["tokens_lo"], point["tokens_hi"])
+        ax.axvspan(*span, color=style.POINT_COLOUR, alpha=0.2, lw=0)
+        ax.axvline(point["tokens_pt"], color=style.POINT_COLOUR, lw=1.2)
 
 
 def _heatmap(fig, ax, heads: pd.DataFrame) -> None:
@@ -102,26 +89,3 @@ def _heatmap(fig, ax, heads: pd.DataFrame) -> None:
     ax.set_title("prefix-matching score per head")
     ax.grid(False)
     fig.colorbar(image, ax=ax, label="PS", shrink=0.9)
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ihsweep.run_figures", description=__doc__)
-    parser.add_argument("--probes", required=True, type=Path, help="a run's probes/ folder")
-    parser.add_argument("--metric", choices=METRICS, default="ps_max")
-    parser.add_argument("--method", choices=METHODS, default="sigmoid")
-    parser.add_argument("--min-rise", type=float, default=0.05)
-    parser.add_argument("--out", required=True, type=Path, help="output stem (no suffix)")
-    parser.add_argument("--config-sha256", help="hash of the study config, for provenance.json")
-    args = parser.parse_args(argv)
-    model = pd.read_parquet(args.probes / "model.parquet")
-    heads = pd.read_parquet(args.probes / "heads.parquet")
-    run = model[model["tokens"] > 0].sort_values("tokens")
-    point = detect(run["tokens"], run[args.metric], method=args.method, min_rise=args.min_rise)
-    paths = plot_run(model, heads, point, args.metric, args.out)
-    outputs = [p.name for p in paths]
-    write_provenance(args.out.parent, args.config_sha256, model["run_id"].unique(), outputs)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -116,7 +116,7 @@ TABLE_COLUMNS = RUN_KEYS + [
 ]
 
 
-def detect(tokens, values, method: str = "breakpoint", min_rise: float = 0.1) -> dict:
+def detect(tokens, values, method: str, min_rise: float) -> dict:
     """Emergence point of one run's metric series (see the module docstring for the rules).
 
     Returns a dict with ``emerged`` (bool), ``tokens_pt``, ``tokens_lo``, ``tokens_hi``
@@ -183,25 +183,29 @@ def sustained_rise(values) -> float:
     return float(np.max(held - np.minimum.accumulate(med)))
 
 
-def emergence_table(
-    model_table: pd.DataFrame,
-    metric: str = "ps_max",
-    method: str = "breakpoint",
-    min_rise: float = 0.1,
-) -> pd.DataFrame:
-    """One row per run: the emergence point of ``metric`` in tokens and in updates.
+def run_point(run: pd.DataFrame, spec: dict) -> dict:
+    """``detect`` on one run's model-level probe table with the study's ``emergence`` block
+    (``metric``, ``method``, ``min_rise``). Checkpoints with tokens <= 0 (an initialisation
+    checkpoint) are dropped, since the fit is on log tokens. The one path from a run's table
+    to its point: the aggregate tables and the per-run figure agree by construction."""
+    run = run[run["tokens"] > 0].sort_values("tokens")
+    return detect(run["tokens"], run[spec["metric"]], spec["method"], spec["min_rise"])
+
+
+def emergence_table(model_table: pd.DataFrame, spec: dict) -> pd.DataFrame:
+    """One row per run: the emergence point (``run_point``) in tokens and in updates.
 
     ``model_table`` is the concatenation of per-run model-level probe tables (one row per
-    checkpoint per run). Checkpoints with tokens <= 0 (an initialisation checkpoint) are
-    dropped, since the fit is on log tokens.
+    checkpoint per run); ``spec`` is the study's ``emergence`` block.
     """
+    metric, method = spec["metric"], spec["method"]
     missing = [c for c in RUN_KEYS + ["tokens", metric] if c not in model_table.columns]
     if missing:
         raise ValueError(f"model table lacks columns {missing}")
     rows = []
     for run_id, run in model_table.groupby("run_id", sort=True):
-        run = run[run["tokens"] > 0].sort_values("tokens")
-        result = detect(run["tokens"], run[metric], method=method, min_rise=min_rise)
+        result = run_point(run, spec)
+        run = run[run["tokens"] > 0]
         first = run.iloc[0] if len(run) else model_table[model_table["run_id"] == run_id].iloc[0]
         row = {key: first[key] for key in RUN_KEYS}
         row["run_id"] = run_id

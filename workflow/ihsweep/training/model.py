@@ -22,12 +22,15 @@ import torch.nn.functional as F
 
 @dataclass(frozen=True)
 class GPTConfig:
+    """A model of the study (``models.<name>`` in the schema, which holds the defaults) and the
+    vocabulary size of its dataset."""
+
     vocab_size: int
-    n_ctx: int = 256
-    n_layer: int = 2
-    n_head: int = 4
-    d_model: int = 64
-    mlp: bool = True
+    n_ctx: int
+    n_layer: int
+    n_head: int
+    d_model: int
+    mlp: bool
 
     @property
     def d_head(self) -> int:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from ihsweep.frontier import format_tokens
+from ihsweep.analysis.frontier import format_tokens
 from ihsweep.io import atomic_path
 
-# What each fitted quantity of ``aggregate.fit_table`` means, for the reader of the report.
+# What each quantity of ``ihsweep.analysis.lawfit.fit_table`` means, for the report's reader.
 FIT_MEANING = {
     "a": "exponent of the batch size B",
     "b": "exponent of the context size C",

@@ -1,8 +1,5 @@
-"""Probe every checkpoint of one run and write its two long tables.
-
-    python -m ihsweep.probe --run-dir results/runs/<run id> --probe '<json>' \
-        --heads results/runs/<run id>/probes/heads.parquet \
-        --model-table results/runs/<run id>/probes/model.parquet
+"""Probe every checkpoint of one run into its two long tables (``probe_run``; the command is
+``python -m ihsweep.steps.probe``).
 
 Columns (one row per checkpoint and head / per checkpoint):
 - heads: run_id, data, model, batch_size, context_size, seed, step, tokens, layer, head, ps, la
@@ -16,7 +13,6 @@ run that gains checkpoints only probes the new ones.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 from pathlib import Path
@@ -24,11 +20,10 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ihsweep.checkpoints import list_checkpoints, load_weights
 from ihsweep.io import read_parquet_key, write_parquet
-from ihsweep.model import GPT, GPTConfig
-from ihsweep.probes import make_probe_batch, probe_model
-from ihsweep.train import pick_device
+from ihsweep.probing.scores import make_probe_batch, probe_model
+from ihsweep.training.checkpoints import list_checkpoints, load_weights
+from ihsweep.training.model import GPT, GPTConfig
 
 RUN_COLUMNS = ["run_id", "data", "model", "batch_size", "context_size", "seed"]
 HEAD_COLUMNS = [*RUN_COLUMNS, "step", "tokens", "layer", "head", "ps", "la"]
@@ -106,27 +101,3 @@ def probe_run(run_dir: Path, probe: dict, device: torch.device) -> tuple[pd.Data
     heads = full[HEAD_COLUMNS].sort_values(["step", "layer", "head"], ignore_index=True)
     model = full.drop_duplicates("step")[MODEL_COLUMNS].sort_values("step", ignore_index=True)
     return heads, model
-
-
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--run-dir", required=True, type=Path, help="run folder with ckpt/")
-    p.add_argument("--probe", required=True, help="probe settings as JSON (config 'probe')")
-    p.add_argument("--heads", required=True, type=Path, help="output: per-head table (Parquet)")
-    p.add_argument(
-        "--model-table",
-        required=True,
-        type=Path,
-        help="output: per-checkpoint model-level table (Parquet)",
-    )
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, ...")
-    p.add_argument("--threads", type=int, default=1, help="torch threads on the CPU")
-    args = p.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    heads, model = probe_run(args.run_dir, json.loads(args.probe), pick_device(args.device))
-    write_parquet(heads, args.heads)
-    write_parquet(model, args.model_table)
-
-
-if __name__ == "__main__":
-    main()

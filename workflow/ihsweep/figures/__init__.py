@@ -1,0 +1,1 @@
+"""Figures: one shared style (style.py) and the figures of runs, natural data and Markov data."""

@@ -1,0 +1,138 @@
+"""Every path under ``results/``: the one place that says where each file of a study lives.
+
+The rules (workflow/rules/*.smk), the steps (``ihsweep.steps``), ``ihsweep.status`` and the tests
+build paths with these functions. Called with no arguments, a function returns the path as a
+Snakemake pattern over the rules' wildcards (``{data}``, ``{model}``, ``{batch}``, ``{ctx}``,
+``{seed}``, ``{grid}``); called with values, the concrete path::
+
+    results/data/<data>/tokens.bin, tokenizer.json, tokens.json     natural: tokenize
+    results/chains/<grid>/chain.npy, stationary.npy, chain.json     Markov: chain
+    results/data/<data>/C<C>/train.bin, val.bin, chunks.json        both: chunk
+    results/runs/<data>/<model>/B<B>-C<C>-s<seed>/                  train (run.json marks done)
+        ckpt/ state/ loss.csv progress.json probes/ figures/
+    results/natural/  results/markov/                               the aggregates
+    results/logs/<rule>/<job>.log
+
+A run folder's own files (checkpoints, resume state) are the training package's format
+(``ihsweep.training.checkpoints``); the names the rest of the pipeline reads are here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+RESULTS = "results"
+
+# Files of a run folder that other steps and ``status`` read.
+RUN_JSON = "run.json"  # the completion record: the train rule's declared output
+PROGRESS_JSON = "progress.json"  # written while training (state, step, tokens, speed)
+LOSS_CSV = "loss.csv"
+PROBE_TABLES = ("heads", "model")
+RUN_FIGURE = "run"  # figures/run.png and run.pdf
+
+TOKENIZE_FILES = ("tokens.bin", "tokenizer.json", "tokens.json")
+CHAIN_FILES = ("chain.npy", "stationary.npy", "chain.json")
+CHUNK_FILES = ("train.bin", "val.bin", "chunks.json")
+
+NATURAL = f"{RESULTS}/natural"
+MARKOV = f"{RESULTS}/markov"
+NATURAL_FIGURES = ("run_curves", "emergence_vs_BC", "law_fit", "model_size")
+NATURAL_TABLES = ("emergence.csv", "lawfit.json", "lawfit.csv", "emergence.html", "lawfit.html")
+MARKOV_TABLES = ("emergence.csv", "cells.csv", "generator.csv", "emergence.html", "frontier.json")
+FIGURE_FORMATS = ("png", "pdf")
+PROVENANCE = "provenance.json"
+
+
+def dataset_dir(data: str = "{data}") -> str:
+    """A natural dataset's tokens (and the parent of every dataset's chunk folders)."""
+    return f"{RESULTS}/data/{data}"
+
+
+def chunk_dir(data: str = "{data}", context: Any = "{ctx}") -> str:
+    return f"{dataset_dir(data)}/C{context}"
+
+
+def chain_dir(grid: str = "{grid}") -> str:
+    return f"{RESULTS}/chains/{grid}"
+
+
+def run_dir(run: Any = None) -> str:
+    """The folder of a run (an ``ihsweep.config.Run``), or its pattern when ``run`` is None."""
+    if run is None:
+        return f"{RESULTS}/runs/{{data}}/{{model}}/B{{batch}}-C{{ctx}}-s{{seed}}"
+    return f"{RESULTS}/runs/{run_name(run)}"
+
+
+def run_name(run: Any = None) -> str:
+    """``<data>/<model>/B<B>-C<C>-s<seed>``: a run's id, and its job name in logs."""
+    if run is None:
+        return "{data}/{model}/B{batch}-C{ctx}-s{seed}"
+    return f"{run.data}/{run.model}/B{run.batch_size}-C{run.context_size}-s{run.seed}"
+
+
+def run_file(name: str, run: Any = None) -> str:
+    return f"{run_dir(run)}/{name}"
+
+
+def probe_table(name: str, run: Any = None) -> str:
+    """``heads`` or ``model``: a run's probe tables (Parquet)."""
+    return f"{run_dir(run)}/probes/{name}.parquet"
+
+
+def run_figures(run: Any = None) -> list[str]:
+    """A run's figure files and their provenance record."""
+    folder = f"{run_dir(run)}/figures"
+    return [*(f"{folder}/{RUN_FIGURE}.{ext}" for ext in FIGURE_FORMATS), f"{folder}/{PROVENANCE}"]
+
+
+def log(rule: str, job: str) -> str:
+    return f"{RESULTS}/logs/{rule}/{job}.log"
+
+
+def aggregate_file(name: str, folder: str) -> str:
+    """A table or record of an aggregate folder (``NATURAL`` or ``MARKOV``, or another root)."""
+    return f"{folder}/{name}"
+
+
+def figure_files(stems: Iterable[str], folder: str) -> list[str]:
+    return [f"{folder}/figures/{stem}.{ext}" for stem in stems for ext in FIGURE_FORMATS]
+
+
+def natural_outputs(folder: str = NATURAL) -> list[str]:
+    """Everything the natural-data aggregate writes."""
+    tables = [aggregate_file(name, folder) for name in (*NATURAL_TABLES, PROVENANCE)]
+    return tables + figure_files(NATURAL_FIGURES, folder)
+
+
+def setting_name(grid: str, model: str, batch_size: int, context_size: int) -> str:
+    """``semi-w64-B16-C32``: one (f, r) sweep of a Markov entry, as it appears in file names."""
+    return f"{grid}-{model}-B{batch_size}-C{context_size}"
+
+
+def markov_figures(runs: Iterable[dict]) -> list[str]:
+    """The Markov aggregate's figure stems, for runs given as mappings with ``data, grid,
+    chain_kind, model, batch_size, context_size``: a frontier per setting over a bigram chain
+    with more than one cell, the property grid when any chain is synthetic, the generator.
+
+    The DAG (from the config) and the aggregate step (from its run table) both ask this."""
+    cells: dict[tuple, set] = {}
+    kinds = {}
+    for run in runs:
+        key = (run["grid"], run["model"], int(run["batch_size"]), int(run["context_size"]))
+        cells.setdefault(key, set()).add(run["data"])
+        kinds[run["grid"]] = run["chain_kind"]
+    stems = [
+        f"frontier-{setting_name(*key)}"
+        for key in sorted(cells)
+        if kinds[key[0]] == "bigram" and len(cells[key]) > 1
+    ]
+    if "synthetic" in kinds.values():
+        stems.append("properties")
+    return [*stems, "generator"]
+
+
+def markov_outputs(figures: list[str], folder: str = MARKOV) -> list[str]:
+    """Everything the Markov aggregate writes, given its figure stems (``markov_figures``)."""
+    tables = [aggregate_file(name, folder) for name in (*MARKOV_TABLES, PROVENANCE)]
+    return tables + figure_files(figures, folder)

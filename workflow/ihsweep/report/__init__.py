@@ -1,0 +1,1 @@
+"""The report's HTML table pages (Snakemake's report shows a CSV only as a download)."""

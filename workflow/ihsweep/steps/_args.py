@@ -1,0 +1,39 @@
+"""What every step's command line shares: JSON specs on the command line, execution flags."""
+
+from __future__ import annotations
+
+import argparse
+
+from ihsweep.config import complete
+from ihsweep.io import json_arg
+
+
+def parser(rule: str, description: str) -> argparse.ArgumentParser:
+    return argparse.ArgumentParser(prog=f"python -m ihsweep.steps.{rule}", description=description)
+
+
+def add_spec(p: argparse.ArgumentParser, flag: str, section: str, required: bool = True) -> None:
+    """A JSON flag holding one schema section; given by hand it may be partial (or, when not
+    required, absent): ``complete`` fills in the schema's defaults, as ``prepare`` does."""
+    p.add_argument(
+        flag,
+        type=json_arg,
+        required=required,
+        default=None,
+        help=f"the study's `{section}` as JSON (or @file); absent keys take the schema's defaults",
+    )
+
+
+def add_execution(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", help="auto (CUDA if available), cpu, cuda, cuda:N")
+    p.add_argument("--threads", type=int, help="torch threads on the CPU")
+
+
+def execution(args: argparse.Namespace) -> dict:
+    """The execution settings given as flags, the schema's defaults for the others."""
+    given = {
+        key: getattr(args, key)
+        for key in ("device", "threads", "progress_seconds")
+        if getattr(args, key, None) is not None
+    }
+    return complete("execution", given)

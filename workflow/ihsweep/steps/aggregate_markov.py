@@ -1,0 +1,101 @@
+"""Rule ``aggregate_markov``: the Markov-data analysis (experiments 2 and 3, SPEC section 4).
+
+    python -m ihsweep.steps.aggregate_markov --model-tables A.parquet ... \
+        --datasets '<{cell name: dataset entry} JSON>' --emergence '<emergence JSON>' \
+        --out-dir results/markov
+
+Reads each run's chunk sidecar (``layout.chunk_dir(data, C)/chunks.json``) for the generator's
+measured statistics and writes ``ihsweep.layout.markov_outputs``:
+
+- ``emergence.csv`` (``ihsweep.analysis.markov.run_table``) and ``emergence.html``;
+- ``cells.csv`` (``setting_cells``) and ``generator.csv`` (``generator_table``);
+- ``frontier.json``: per setting with more than one cell, keyed ``layout.setting_name``, the
+  frontier (``Frontier.summary``) and the sensitivity verdict (``frontier.sensitivity``);
+- the figures of ``layout.markov_figures`` (PNG and PDF): ``frontier-<setting>`` (experiment 2),
+  ``properties`` (experiment 3: cells pool the runs of every model, B and C with the same
+  properties and (f, r)) and ``generator`` (measured vs requested f and r);
+- ``provenance.json``: config hash, code version, run ids (``ihsweep.provenance``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from ihsweep import layout
+from ihsweep.analysis import frontier
+from ihsweep.analysis.emergence import emergence_table
+from ihsweep.analysis.markov import SETTING_KEYS, generator_table, run_table, setting_cells
+from ihsweep.config import complete
+from ihsweep.data.chunks import CHUNKS_JSON
+from ihsweep.figures import markov as figures
+from ihsweep.io import atomic_path, json_arg, write_json
+from ihsweep.provenance import write_provenance
+from ihsweep.report.tables import markov_emergence, write_page
+from ihsweep.steps import _args
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _args.parser("aggregate_markov", "Emergence per Markov run, the (f, r) frontier, figures.")
+    p.add_argument("--model-tables", nargs="+", required=True, type=Path, help="probe tables")
+    p.add_argument("--datasets", required=True, type=json_arg, help="{cell name: entry} (JSON)")
+    _args.add_spec(p, "--emergence", "emergence", required=False)
+    p.add_argument("--out-dir", default=layout.MARKOV, help="output folder")
+    p.add_argument("--config-sha256", help="hash of the study config, for provenance.json")
+    args = p.parse_args(argv)
+    spec, datasets, out = complete("emergence", args.emergence), args.datasets, args.out_dir
+
+    def path(name: str) -> Path:
+        return Path(layout.aggregate_file(name, out))
+
+    model_table = pd.concat([pd.read_parquet(t) for t in args.model_tables], ignore_index=True)
+    unknown = sorted(set(model_table["data"]) - set(datasets))
+    if unknown:
+        raise SystemExit(f"runs on datasets missing from --datasets: {unknown}")
+    runs_at = model_table[["data", "context_size"]].drop_duplicates().itertuples(index=False)
+    metas = {
+        (data, int(C)): json.loads((Path(layout.chunk_dir(data, C)) / CHUNKS_JSON).read_text())
+        for data, C in runs_at
+    }
+    generator = generator_table(datasets, metas)
+    runs = run_table(emergence_table(model_table, spec), datasets, generator)
+    cells = setting_cells(runs)
+    stems = layout.markov_figures(runs.to_dict("records"))
+
+    for name, table in (("emergence", runs), ("cells", cells), ("generator", generator)):
+        with atomic_path(path(f"{name}.csv")) as tmp:
+            table.to_csv(tmp, index=False)
+    write_page(path("emergence.html"), markov_emergence(runs, spec["metric"]))
+
+    figure_stem = Path(out) / "figures"
+    fronts = {}
+    for key, table in cells.groupby(SETTING_KEYS, sort=True):
+        if len(table) < 2:
+            continue
+        name = layout.setting_name(*key)
+        front = frontier.pareto_frontier(table)
+        verdict = frontier.sensitivity(table)
+        fronts[name] = front.summary() | {"sensitivity": verdict}
+        if f"frontier-{name}" in stems:
+            figures.plot_frontier(table, front, figure_stem / f"frontier-{name}", verdict)
+    write_json(path("frontier.json"), fronts)
+    if "properties" in stems:
+        synthetic = runs[runs["chain_kind"] == "synthetic"]
+        figures.plot_property_grid(frontier.property_table(synthetic), figure_stem / "properties")
+    figures.plot_generator_stats(generator, figure_stem / "generator")
+
+    written = [Path(f) for f in layout.markov_outputs(stems, out)]
+    written = [f.relative_to(out) for f in written if f.name != layout.PROVENANCE]
+    write_provenance(out, args.config_sha256, runs["run_id"], written)
+
+    emerged = int(runs["emerged"].sum())
+    print(f"{emerged} of {len(runs)} Markov runs emerged ({spec['metric']}, {spec['method']})")
+    for name, front in fronts.items():
+        print(f"  {name}: frontier {front['frontier']}, {front['sensitivity']['verdict']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

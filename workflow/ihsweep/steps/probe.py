@@ -1,0 +1,39 @@
+"""Rule ``probe``: PS and LA per head, AR per model, at every checkpoint of one run
+(``ihsweep.probing.run``).
+
+    python -m ihsweep.steps.probe --run-dir results/runs/<run id> --probe '<probe JSON>' \
+        --heads .../probes/heads.parquet --model-table .../probes/model.parquet
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ihsweep.config import complete
+from ihsweep.io import write_parquet
+from ihsweep.probing.run import probe_run
+from ihsweep.steps import _args
+from ihsweep.training.loop import pick_device
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _args.parser("probe", "Probe every checkpoint of a run into its two tables.")
+    p.add_argument("--run-dir", required=True, type=Path, help="run folder with ckpt/")
+    _args.add_spec(p, "--probe", "probe", required=False)
+    p.add_argument("--heads", required=True, type=Path, help="output: per-head table (Parquet)")
+    p.add_argument("--model-table", required=True, type=Path, help="output: per-checkpoint table")
+    _args.add_execution(p)
+    args = p.parse_args(argv)
+    execution = _args.execution(args)
+    torch.set_num_threads(execution["threads"])
+    probe = complete("probe", args.probe)
+    heads, model = probe_run(args.run_dir, probe, pick_device(execution["device"]))
+    write_parquet(heads, args.heads)
+    write_parquet(model, args.model_table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,29 @@
+"""Rule ``tokenize``: tokenize a natural dataset's corpus once (``ihsweep.data.natural``).
+
+python -m ihsweep.steps.tokenize --spec '<dataset entry JSON>' --out-dir results/data/<data>
+"""
+
+from __future__ import annotations
+
+from ihsweep.config import complete
+from ihsweep.data.natural import tokenize_corpus
+from ihsweep.steps import _args
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _args.parser("tokenize", "Tokenize a natural-text corpus into tokens.bin + tokens.json.")
+    _args.add_spec(p, "--spec", "datasets.<name>")
+    p.add_argument("--out-dir", required=True, help="folder for tokens.bin, tokenizer.json, ...")
+    p.add_argument("--base-dir", default=".", help="folder that corpus paths are relative to")
+    args = p.parse_args(argv)
+    meta = tokenize_corpus(complete("dataset", args.spec), args.out_dir, args.base_dir)
+    print(
+        f"tokenized {meta['n_documents']} documents ({meta['n_text_bytes']} bytes) into "
+        f"{meta['n_tokens']} tokens, vocab {meta['vocab_size']}, {meta['dtype']}, "
+        f"in {sum(meta['seconds'].values()):.1f} s -> {args.out_dir}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

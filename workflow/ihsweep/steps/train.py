@@ -1,0 +1,46 @@
+"""Rule ``train``: train (or resume) one run (``ihsweep.training.loop``).
+
+    python -m ihsweep.steps.train --spec '<json of ihsweep.config.Study.train_spec>' \
+        --data-dir results/data/<data>/C<C> --run-dir results/runs/<run id> \
+        [--device auto --threads 1 --progress-seconds 15]
+
+The execution flags left out take the schema's `execution` defaults.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ihsweep.io import json_arg
+from ihsweep.steps import _args
+from ihsweep.training.loop import train
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _args.parser("train", "Train one run; a killed run resumes from its last saved state.")
+    p.add_argument("--spec", type=json_arg, required=True, help="run spec as JSON (or @file)")
+    p.add_argument("--data-dir", required=True, type=Path, help="the run's chunk folder")
+    p.add_argument("--run-dir", required=True, type=Path, help="the run's folder")
+    _args.add_execution(p)
+    p.add_argument(
+        "--progress-seconds", type=int, help="seconds between progress lines (0: every update)"
+    )
+    p.add_argument(
+        "--stop-after-step", type=int, help="save resume state and stop after this step (tests)"
+    )
+    args = p.parse_args(argv)
+    execution = _args.execution(args)
+    train(
+        args.spec,
+        args.data_dir,
+        args.run_dir,
+        execution["device"],
+        execution["threads"],
+        execution["progress_seconds"],
+        args.stop_after_step,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
