@@ -839,3 +839,18 @@ def test_every_step_accepts_the_spec_its_rule_passes(tmp_path):
     chunks = [json.loads(flag(args, "--spec")) for args in shell_commands(dry.out, "chunk")]
     assert {spec["family"] for spec in chunks} == {"markov"}
     assert {spec["chain"]["kind"] for spec in chunks} == {"synthetic", "bigram"}
+
+
+def test_complete_names_keys_inside_their_section():
+    """A step's partial spec is checked under its section's name, like the whole config."""
+    cases = [
+        ("probe", {"n_sequences": 0}, "probe.n_sequences: must be >= 1, got 0"),
+        ("execution", {"devcie": "cpu"}, "execution.devcie: unknown key in execution"),
+        ("training", {"tokens": 5, "device": "cpu"}, "training.device: moved to execution"),
+        ("chain", {"kind": "synthetic"}, "chain: missing required key 'vocab_size'"),
+    ]
+    for where, partial, fragment in cases:
+        with pytest.raises(ConfigError) as err:
+            complete(where, partial)
+        assert str(err.value).startswith(fragment), (where, str(err.value))
+    assert complete("chain", {"kind": "bigram", "source": "a", "vocab_cap": 9})["drop_eot"] is False

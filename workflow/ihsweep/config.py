@@ -340,17 +340,18 @@ def complete(where: str, instance: dict | None = None, schema: str | Path = SCHE
     a definition (``dataset``, ``chain``). For steps run by hand with a partial spec."""
     root = load_schema(schema)
     if where in root["properties"]:
-        sub = {"$defs": root["$defs"], **root["properties"][where]}
+        section = root["properties"][where]
     elif where in root["$defs"]:
-        sub = {"$defs": root["$defs"], "$ref": f"#/$defs/{where}"}
+        section = {"$ref": f"#/$defs/{where}"}
     else:
         raise KeyError(f"{where!r} is neither a top-level key nor a definition of the schema")
-    instance = copy.deepcopy(instance) if instance is not None else {}
-    problem = first_schema_problem(instance, sub)
-    if problem:  # key paths are relative to the section: say which section
-        top = problem.startswith("config:") or problem.startswith("config ")
-        raise ConfigError(where + problem.removeprefix("config") if top else f"{where}.{problem}")
-    return instance
+    # Checked under its own name, so that every message names the key as `where.key`.
+    wrapped = {where: copy.deepcopy(instance) if instance is not None else {}}
+    schema_of_one = {"$defs": root["$defs"], "type": "object", "properties": {where: section}}
+    problem = first_schema_problem(wrapped, schema_of_one)
+    if problem:
+        raise ConfigError(problem)
+    return wrapped[where]
 
 
 # --------------------------------------------------------------------------------------------

@@ -59,8 +59,6 @@ def chain_dir(grid: str = "{grid}") -> str:
 
 def run_dir(run: Any = None) -> str:
     """The folder of a run (an ``ihsweep.config.Run``), or its pattern when ``run`` is None."""
-    if run is None:
-        return f"{RESULTS}/runs/{{data}}/{{model}}/B{{batch}}-C{{ctx}}-s{{seed}}"
     return f"{RESULTS}/runs/{run_name(run)}"
 
 

@@ -51,11 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     with atomic_path(path("emergence.csv")) as tmp:
         emergence.to_csv(tmp, index=False)
     write_json(path("lawfit.json"), fit)
+    fit_rows = fit_table(fit)
     with atomic_path(path("lawfit.csv")) as tmp:
-        fit_table(fit).to_csv(tmp, index=False)
+        fit_rows.to_csv(tmp, index=False)
     page = tables.natural_emergence(emergence, spec["metric"])
     tables.write_page(path("emergence.html"), page)
-    tables.write_page(path("lawfit.html"), tables.law_fit(fit_table(fit)))
+    tables.write_page(path("lawfit.html"), tables.law_fit(fit_rows))
 
     stem = Path(out) / "figures"
     figures.plot_run_curves(model_table, emergence, stem / "run_curves")
