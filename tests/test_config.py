@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import yaml
 from conftest import REPO, SCHEMA, job_stats, snakemake, study_text
-from ihsweep import layout
+from ihsweep import cost, layout
 from ihsweep.config import (
     MOVED_KEYS,
     ConfigError,
@@ -265,7 +265,7 @@ DIRECT_CASES = [
     (
         "moved-tokens_per_second",
         "models: {tiny: {tokens_per_second: 300000}}",
-        ["models.tiny.tokens_per_second", "moved to execution.tokens_per_second"],
+        ["models.tiny.tokens_per_second", "moved to execution.device_profile"],
     ),
     (
         "bad-execution-key",
@@ -273,9 +273,19 @@ DIRECT_CASES = [
         ["execution.cores", "unknown key in execution", "threads"],
     ),
     (
-        "bad-tokens_per_second",
-        "execution: {tokens_per_second: {tiny: -1}}",
-        ["execution.tokens_per_second.tiny", "must be > 0"],
+        "replaced-tokens_per_second",
+        "execution: {tokens_per_second: 300000}",
+        ["execution.tokens_per_second", "replaced by the cost model", "device_profile"],
+    ),
+    (
+        "bad-micro_batch",
+        "execution: {micro_batch: half}",
+        ["execution.micro_batch", "half"],
+    ),
+    (
+        "bad-device_profile",
+        "execution: {device_profile: tpu-v9}",
+        ["execution.device_profile", "'tpu-v9' is neither a built-in profile", "h100"],
     ),
 ]
 
@@ -394,7 +404,8 @@ def test_defaults_are_filled_in(monkeypatch):
         "gpu_model": None,
         "train_mem_mb": 16000,
         "probe_mem_mb": 8000,
-        "tokens_per_second": 200000,
+        "micro_batch": "auto",
+        "device_profile": "auto",
         "overhead_minutes": 10,
         "safety": 1.5,
         "probe_minutes": 30,
@@ -779,18 +790,21 @@ def test_execution_is_outside_the_study_definition():
     assert config_sha256(changed) != config_sha256(plain)
 
 
-def test_cluster_runtime_follows_the_execution_settings():
-    # 6M tokens at 100k tokens/s = 60 s = 1 min; 1.5 * 1 + 10 = 11.5 -> 12 minutes (attempt 1).
-    study = prepare(merged("execution: {tokens_per_second: 100000}"))
-    run = study.runs[0]
-    assert study.train_minutes(run) == 12 and study.train_minutes(run, attempt=2) == 24
+def test_cluster_runtime_follows_the_cost_model(tmp_path):
+    # A profile file as bench/train_speed.py writes it: 1 TFLOP/s peak at 50% and 2 ms a pass.
+    profile = tmp_path / "gpu.json"
+    profile.write_text(json.dumps({"profile": {
+        "peak_tflops": 1.0, "mfu": 0.5, "step_overhead_ms": 2.0, "memory_gb": 10}}))  # fmt: skip
+    study = prepare(merged(f"execution: {{device_profile: {profile}, overhead_minutes: 10}}"))
+    run = next(r for r in study.runs if r.model == "tiny")
+    updates, tokens = study.total_steps(run), study.total_steps(run) * run.tokens_per_step
+    fpt = cost.flops_per_token(study.model_of(run), 2048, run.context_size)
+    seconds = updates * 2e-3 + tokens * fpt / 0.5e12  # one pass per update: B fits
+    assert study.micro_batch(run) == run.batch_size
+    assert study.train_seconds(run) == pytest.approx(seconds)
+    assert study.train_minutes(run) == math.ceil(10 + 1.5 * seconds / 60)
+    assert study.train_minutes(run, attempt=2) == 2 * study.train_minutes(run)
     assert study.probe_minutes() == 30 and study.probe_minutes(3) == 90
-    # A mapping sizes each model; one it does not list gets the default 200000 tokens/s.
-    study = prepare(merged("execution: {tokens_per_second: {small: 50000}, overhead_minutes: 0}"))
-    small = next(r for r in study.runs if r.model == "small")
-    tiny = next(r for r in study.runs if r.model == "tiny")
-    assert study.train_minutes(small) == math.ceil(1.5 * 6e6 / 50000 / 60)  # 3 minutes
-    assert study.train_minutes(tiny) == math.ceil(1.5 * 6e6 / 200000 / 60)  # 1 minute
 
 
 def test_execution_settings_reach_the_jobs_as_threads_and_resources(tmp_path):

@@ -11,6 +11,7 @@ record ``ihsweep.status`` reads: done, interrupted, or failed with the error tha
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import json
@@ -28,9 +29,10 @@ import numpy as np
 import pytest
 import torch
 from conftest import REPO, SCHEMA
+from ihsweep import cost
 from ihsweep.config import complete, prepare
 from ihsweep.layout import PROGRESS_JSON
-from ihsweep.steps import train as train_step
+from ihsweep.steps import train as train_command
 from ihsweep.training import loop
 from ihsweep.training.checkpoints import (
     list_checkpoints,
@@ -42,10 +44,13 @@ from ihsweep.training.loop import (
     EXIT_INTERRUPTED,
     ChunkSampler,
     Progress,
+    batch_loss,
     lr_at,
+    next_token_loss,
     read_progress,
     spec_hash,
     train,
+    train_step,
 )
 from ihsweep.training.model import GPT, GPTConfig
 from safetensors import safe_open
@@ -53,7 +58,13 @@ from safetensors.torch import load_file
 
 # Execution settings of the in-process runs (train() has no defaults for them): one CPU thread,
 # the schema's progress interval. The command-line runs pass --device cpu --threads 1.
-CPU = {"device": "cpu", "threads": 1, "progress_seconds": 15}
+CPU = {
+    "device": "cpu",
+    "threads": 1,
+    "progress_seconds": 15,
+    "micro_batch": "auto",
+    "memory_mb": 16000,
+}
 V, C = 64, 32  # vocabulary and context size of the toy dataset
 B = 4
 STEPS, EVERY = 300, 30  # the resume runs: 300 updates, a checkpoint every 30
@@ -122,7 +133,7 @@ def make_spec(
     return spec
 
 
-def train_cmd(spec: dict, data_dir: Path, run_dir: Path) -> list[str]:
+def train_cmd(spec: dict, data_dir: Path, run_dir: Path, *flags: str) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -137,6 +148,7 @@ def train_cmd(spec: dict, data_dir: Path, run_dir: Path) -> list[str]:
         "cpu",
         "--threads",
         "1",
+        *flags,
     ]
 
 
@@ -145,10 +157,10 @@ def subprocess_env() -> dict:
     return {**os.environ, "PYTHONPATH": path}
 
 
-def run_to_end(spec: dict, data_dir: Path, run_dir: Path) -> str:
+def run_to_end(spec: dict, data_dir: Path, run_dir: Path, *flags: str) -> str:
     """Run (or resume) training in a subprocess to completion; return its output."""
     proc = subprocess.run(
-        train_cmd(spec, data_dir, run_dir),
+        train_cmd(spec, data_dir, run_dir, *flags),
         env=subprocess_env(),
         capture_output=True,
         text=True,
@@ -228,15 +240,28 @@ def data_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory, data_dir) -> dict:
-    """The uninterrupted run of make_spec(), through the command line."""
+    """The uninterrupted run of make_spec(), through the command line: B = 4 in one pass."""
+    return uninterrupted(tmp_path_factory, data_dir, "--micro-batch", "auto")
+
+
+@pytest.fixture(scope="module")
+def reference_micro(tmp_path_factory, data_dir) -> dict:
+    """The same run with each update as four micro-batches of one sequence."""
+    return uninterrupted(tmp_path_factory, data_dir, "--micro-batch", "1")
+
+
+def uninterrupted(tmp_path_factory, data_dir: Path, *flags: str) -> dict:
     spec = make_spec()
     run_dir = tmp_path_factory.mktemp("reference") / "run"
-    out = run_to_end(spec, data_dir, run_dir)
+    out = run_to_end(spec, data_dir, run_dir, *flags)
     assert "resuming" not in out
+    parts = 1 if flags[-1] == "auto" else B // int(flags[-1])
+    assert f"{parts} micro-batch(es) of at most {B // parts} per update of B = {B}" in out
     progress = read_progress(run_dir)
     assert progress["state"] == "done" and progress["tokens"] == progress["budget"] == STEPS * B * C
     return {
         "spec": spec,
+        "flags": flags,
         "run_dir": run_dir,
         "weights": final_weights(run_dir),
         "loss_csv": (run_dir / "loss.csv").read_text(),
@@ -248,15 +273,19 @@ def reference(tmp_path_factory, data_dir) -> dict:
 
 
 @pytest.mark.slow
-def test_sigkill_then_rerun_resumes_from_last_checkpoint_bit_for_bit(reference, data_dir, tmp_path):
-    spec = reference["spec"]
+@pytest.mark.parametrize("which", ["reference", "reference_micro"])
+def test_sigkill_then_rerun_resumes_from_last_checkpoint_bit_for_bit(
+    which, request, data_dir, tmp_path
+):
+    reference = request.getfixturevalue(which)
+    spec, flags = reference["spec"], reference["flags"]
     ckpts = spec["checkpoint_steps"]
     kill_after = random.Random(20240611).randrange(ckpts[1], ckpts[-2])
     run_dir, log = tmp_path / "run", tmp_path / "first.log"
 
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            train_cmd(spec, data_dir, run_dir),
+            train_cmd(spec, data_dir, run_dir, *flags),
             env=subprocess_env(),
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -280,7 +309,7 @@ def test_sigkill_then_rerun_resumes_from_last_checkpoint_bit_for_bit(reference, 
     for meta in list_checkpoints(run_dir):  # a checkpoint's JSON is written after its weights
         assert load_file(meta["weights"]).keys() == reference["weights"].keys()
 
-    out = run_to_end(spec, data_dir, run_dir)
+    out = run_to_end(spec, data_dir, run_dir, *flags)
     resumed = re.findall(r"resuming at step (\d+)/(\d+)", out)
     assert len(resumed) == 1, out
     step, total = map(int, resumed[0])
@@ -299,6 +328,82 @@ def test_sigkill_then_rerun_resumes_from_last_checkpoint_bit_for_bit(reference, 
     assert_same_tensors(final_weights(run_dir), reference["weights"])
     assert_loss_log_clean(run_dir, spec)
     assert (run_dir / "loss.csv").read_text() == reference["loss_csv"]
+
+
+def ten_updates(micro_batch: int, batches: list[torch.Tensor], lr: float) -> dict:
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=V, n_ctx=C, n_layer=2, n_head=2, d_model=32, mlp=True))
+    optim = torch.optim.AdamW(model.parameters(), lr=lr, fused=True)
+    for x in batches:
+        train_step(model, optim, x, micro_batch, contextlib.nullcontext(), 1.0)
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def test_micro_batches_make_the_full_batch_update_within_float_rounding():
+    """B = 8 as 4 micro-batches of 2: the gradients agree to ~1e-7 relative (next tests), and
+    AdamW turns that into weights within 0.02 * lr after 10 updates (measured 0.01 * lr: its
+    eps of 1e-8 magnifies the rounding of gradient entries near zero). Reordering the batches,
+    a different update, moves the weights 100 times as far."""
+    lr = 3e-3
+    generator = torch.Generator().manual_seed(1)
+    batches = [torch.randint(0, V, (8, C), generator=generator) for _ in range(10)]
+    full, micro = ten_updates(8, batches, lr), ten_updates(2, batches, lr)
+    other = ten_updates(8, batches[::-1], lr)
+    gap = max((micro[n] - full[n]).abs().max().item() for n in full)
+    different = max((other[n] - full[n]).abs().max().item() for n in full)
+    assert 0 < gap <= 0.02 * lr
+    assert different > 100 * gap
+
+
+def test_micro_batched_run_follows_the_full_batch_run(reference, reference_micro):
+    """300 updates through the command line: the same loss curve to 3 digits, though the
+    weights drift apart a little (AdamW magnifies rounding, above)."""
+    losses = [
+        [float(row[3]) for row in loss_rows(ref["run_dir"])] for ref in (reference, reference_micro)
+    ]
+    np.testing.assert_allclose(losses[1], losses[0], rtol=1e-3)
+    assert losses[1] != losses[0]
+
+
+@pytest.mark.parametrize("mlp", [False, True])
+def test_loss_in_chunks_of_positions_equals_the_whole_loss(monkeypatch, mlp):
+    """The chunked loss (logits a slice of positions at a time, recomputed for the backward
+    pass) gives the plain loss and its gradients, within float rounding."""
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=V, n_ctx=C, n_layer=2, n_head=2, d_model=32, mlp=mlp))
+    x = torch.randint(0, V, (6, C))
+    autocast = contextlib.nullcontext()
+
+    def loss_and_grads():
+        model.zero_grad()
+        loss = next_token_loss(model, x, autocast)
+        loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    whole, whole_grads = loss_and_grads()
+    assert cost.loss_chunk_rows(V, "cpu") >= 6 * (C - 1)  # one piece at this size
+    monkeypatch.setitem(cost.LOSS_CHUNK_LOGITS, "cpu", 7 * V)  # 7 positions a chunk: 27 chunks
+    chunked, chunked_grads = loss_and_grads()
+    torch.testing.assert_close(chunked, whole, rtol=1e-6, atol=0)
+    for name, grad in whole_grads.items():
+        torch.testing.assert_close(chunked_grads[name], grad, rtol=1e-5, atol=1e-7)
+
+
+def test_micro_batch_losses_weigh_parts_by_their_sequences():
+    """Uneven parts (B = 5 as 2 + 2 + 1) still give the full batch's mean loss and gradient."""
+    torch.manual_seed(1)
+    model = GPT(GPTConfig(vocab_size=V, n_ctx=C, n_layer=1, n_head=2, d_model=16, mlp=False))
+    x = torch.randint(0, V, (5, C))
+    autocast = contextlib.nullcontext()
+    grads = []
+    for micro_batch in (5, 2):
+        model.zero_grad()
+        loss = batch_loss(model, x, micro_batch, autocast, backward=True)
+        grads.append((loss, [p.grad.clone() for p in model.parameters()]))
+    assert cost.micro_batch_sizes(5, 2) == [2, 2, 1]
+    torch.testing.assert_close(grads[1][0], grads[0][0], rtol=1e-6, atol=0)
+    for got, want in zip(grads[1][1], grads[0][1], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
 
 
 @pytest.mark.slow
@@ -442,7 +547,8 @@ def test_changed_execution_settings_keep_the_state(tmp_path, data_dir, capsys):
     moved = copy.deepcopy(spec)
     moved["training"].update(log_every=7)
     assert spec_hash(moved) == spec_hash(spec)
-    train(moved, data_dir, run_dir, "cpu", 1, 0, stop_after_step=40)  # a new progress interval
+    new_interval = {**CPU, "progress_seconds": 0}
+    train(moved, data_dir, run_dir, **new_interval, stop_after_step=40)
     out = capsys.readouterr().out
     assert "resuming at step 30/60" in out and "starting afresh" not in out
     train(spec, data_dir, run_dir, **CPU)
@@ -484,7 +590,7 @@ def test_training_log_has_progress_lines_and_ends_with_a_summary(tmp_path, data_
     logs = {}
     for seconds in (0, 1e9):
         spec = make_spec(steps=30, every=10)
-        train(spec, data_dir, tmp_path / str(seconds), "cpu", 1, seconds)
+        train(spec, data_dir, tmp_path / str(seconds), **{**CPU, "progress_seconds": seconds})
         out = capsys.readouterr().out.splitlines()
         steps = [int(m["step"]) for m in map(line.fullmatch, out) if m]
         assert steps == (list(range(1, 31)) if seconds == 0 else [30])
@@ -535,7 +641,8 @@ def test_progress_says_running_at_every_record_while_training(tmp_path, data_dir
 
     monkeypatch.setattr(loop, "write_progress", spy)
     spec = make_spec(steps=12, every=6)
-    train(spec, data_dir, tmp_path / "run", "cpu", 1, 0)  # a record after every update
+    every_update = {**CPU, "progress_seconds": 0}  # a record after every update
+    train(spec, data_dir, tmp_path / "run", **every_update)
     running = [("running", step, step * B * C) for step in range(13)]  # from step 0 on
     assert records == [*running, ("done", 12, 12 * B * C)]
 
@@ -584,7 +691,7 @@ def test_error_mid_run_records_failed_at_the_last_recorded_step(tmp_path, data_d
     spec = make_spec(steps=40, every=20)
     run_dir = tmp_path / "run"
     with pytest.raises(OSError, match="No space left"):
-        train(spec, data_dir, run_dir, "cpu", 1, 0)
+        train(spec, data_dir, run_dir, **{**CPU, "progress_seconds": 0})
     progress = read_progress(run_dir)
     assert progress["state"] == "failed"
     assert progress["error"] == "OSError: [Errno 28] No space left on device"
@@ -602,26 +709,30 @@ def cli_args(spec: dict, data_dir: Path, run_dir: Path) -> list[str]:
 
 def test_command_takes_missing_execution_flags_from_the_schema(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(train_step, "train", lambda *args: calls.append(args))
+    monkeypatch.setattr(train_command, "train", lambda *args: calls.append(args))
     spec = make_spec(steps=4, every=4)
     data, run = tmp_path / "data", tmp_path / "run"
-    assert train_step.main(cli_args(spec, data, run)) == 0
+    assert train_command.main(cli_args(spec, data, run)) == 0
     defaults = complete("execution")
     assert defaults["device"] == "auto" and defaults["threads"] == 1
     assert defaults["progress_seconds"] == 15
-    assert calls[-1] == (spec, data, run, "auto", 1, 15, None)
+    assert defaults["micro_batch"] == "auto" and defaults["train_mem_mb"] == 16000
+    assert calls[-1] == (spec, data, run, "auto", 1, 15, "auto", 16000, None)
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     argv = ["--spec", f"@{tmp_path / 'spec.json'}", "--data-dir", str(data), "--run-dir", str(run)]
     flags = ["--device", "cpu", "--threads", "3", "--stop-after-step", "2"]
-    assert train_step.main([*argv, *flags]) == 0
-    assert calls[-1] == (spec, data, run, "cpu", 3, 15, 2)
+    assert train_command.main([*argv, *flags]) == 0
+    assert calls[-1] == (spec, data, run, "cpu", 3, 15, "auto", 16000, 2)
+    memory = ["--micro-batch", "2", "--memory-mb", "900"]
+    assert train_command.main([*argv, *memory]) == 0
+    assert calls[-1] == (spec, data, run, "auto", 1, 15, 2, 900, None)
 
 
 def test_command_passes_the_progress_interval(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(train_step, "train", lambda *args: calls.append(args))
+    monkeypatch.setattr(train_command, "train", lambda *args: calls.append(args))
     argv = cli_args(make_spec(steps=4, every=4), tmp_path / "data", tmp_path / "run")
-    assert train_step.main([*argv, "--progress-seconds", "0"]) == 0
+    assert train_command.main([*argv, "--progress-seconds", "0"]) == 0
     assert calls[-1][3:6] == ("auto", 1, 0)
 
 
@@ -629,10 +740,10 @@ def test_command_trains_stops_and_resumes(tmp_path, data_dir, capsys):
     spec = make_spec(steps=20, every=10)
     run_dir = tmp_path / "run"
     argv = [*cli_args(spec, data_dir, run_dir), "--device", "cpu", "--threads", "1"]
-    assert train_step.main([*argv, "--stop-after-step", "5"]) == 0
+    assert train_command.main([*argv, "--stop-after-step", "5"]) == 0
     assert read_progress(run_dir)["state"] == "interrupted"
     assert not (run_dir / "run.json").exists()
-    assert train_step.main(argv) == 0
+    assert train_command.main(argv) == 0
     assert "resuming at step 5/20" in capsys.readouterr().out
     summary = json.loads((run_dir / "run.json").read_text())
     assert summary["device"] == "cpu" and summary["checkpoints"] == [10, 20]
@@ -646,7 +757,7 @@ def test_command_on_broken_data_fails_and_says_why(tmp_path):
     run_dir = tmp_path / "run"
     argv = [*cli_args(make_spec(steps=4, every=4), data, run_dir), "--device", "cpu"]
     with pytest.raises(FileNotFoundError, match="chunks.json"):
-        train_step.main(argv)
+        train_command.main(argv)
     progress = read_progress(run_dir)
     assert progress["state"] == "failed" and "chunks.json" in progress["error"]
 

@@ -34,10 +34,12 @@ from typing import Any
 import yaml
 from jsonschema import Draft202012Validator, ValidationError, validators
 
-from ihsweep import layout
+from ihsweep import cost, layout
 
 SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
 GPT2_VOCAB_SIZE = 50257
+BYTES_PER_TOKEN = 4.0  # of English text under GPT-2's tokenizer (4.16 on the KJV): chunk sizing
+MODEL_KEYS = ("n_layer", "n_head", "d_model", "mlp", "n_ctx")
 RUN_FIELDS = ("data", "model", "batch_size", "context_size", "seed")
 EXECUTION = "execution"  # the section of execution settings; everything else is the study
 # Keys that moved to `execution`: a study file written for an older ihsweep gets told where.
@@ -47,7 +49,13 @@ MOVED_KEYS = {
     "training.progress_seconds": "execution.progress_seconds",
     "resources": "execution (gpu, gpu_model, train_mem_mb, probe_mem_mb, overhead_minutes, "
     "safety, probe_minutes)",
-    "tokens_per_second": "execution.tokens_per_second (a number, or {model name: number})",
+    "tokens_per_second": "execution.device_profile (the cost model's device constants)",
+}
+# Keys that a later ihsweep replaced by something else.
+REPLACED_KEYS = {
+    "execution.tokens_per_second": "replaced by the cost model (ihsweep.cost): set "
+    "execution.device_profile to a built-in GPU profile or to the profile file that "
+    "bench/train_speed.py writes on your GPU",
 }
 
 
@@ -220,6 +228,7 @@ class Study:
 
     config: dict
     runs: list[Run]
+    profile: dict = field(default_factory=dict)  # the cost model's device (ihsweep.cost)
     checkpoint_tokens: list[int] = field(default_factory=list)  # at the `training` budget
     grids: dict[str, list[str]] = field(default_factory=dict)  # Markov entry -> its datasets
     overrides: dict[Run, dict] = field(default_factory=dict)  # a runs entry's `training` keys
@@ -237,7 +246,6 @@ class Study:
 
     def train_spec(self, run: Run) -> dict:
         """Everything a training job needs, JSON-serialisable."""
-        model = self.config["models"][run.model]
         steps = self.checkpoint_steps(run)
         return {
             "run_id": run.id,
@@ -246,7 +254,7 @@ class Study:
             "batch_size": run.batch_size,
             "context_size": run.context_size,
             "seed": run.seed,
-            "model_config": {k: model[k] for k in ("n_layer", "n_head", "d_model", "mlp", "n_ctx")},
+            "model_config": self.model_of(run),
             "training": copy.deepcopy(self.training(run)),
             "checkpoint_steps": steps,
             # The tokens actually seen at each saved step, not the requested counts.
@@ -254,15 +262,80 @@ class Study:
             "total_steps": self.total_steps(run),
         }
 
+    def model_of(self, run: Run) -> dict:
+        return {k: self.config["models"][run.model][k] for k in MODEL_KEYS}
+
+    def micro_batch(self, run: Run) -> int | None:
+        """The micro-batch a run trains at on the study's device profile (``execution``): the
+        configured number (at most B), or for ``auto`` the largest that fits; None when even
+        one sequence does not fit."""
+        setting = self.config[EXECUTION]["micro_batch"]
+        if setting != "auto":
+            return min(setting, run.batch_size)
+        return cost.pick_micro_batch(
+            self.model_of(run),
+            self.vocab_size_of(run.data),
+            run.batch_size,
+            run.context_size,
+            cost.profile_device_type(self.profile),
+            cost.memory_limit(self.profile, self.config[EXECUTION]),
+        )
+
+    def peak_memory(self, run: Run, micro_batch: int) -> dict[str, float]:
+        return cost.peak_memory(
+            self.model_of(run),
+            self.vocab_size_of(run.data),
+            micro_batch,
+            run.context_size,
+            cost.profile_device_type(self.profile),
+        )
+
+    def train_seconds(self, run: Run) -> float:
+        """Estimated training seconds on the study's device profile (``ihsweep.cost``)."""
+        micro_batch = self.micro_batch(run) or 1
+        passes = len(cost.micro_batch_sizes(run.batch_size, micro_batch))
+        fpt = cost.flops_per_token(
+            self.model_of(run), self.vocab_size_of(run.data), run.context_size
+        )
+        updates = self.total_steps(run)
+        return cost.train_seconds(updates, passes, updates * run.tokens_per_step, fpt, self.profile)
+
     def train_minutes(self, run: Run, attempt: int = 1) -> int:
-        """Runtime a cluster training job asks for: the formula documented under ``execution``."""
-        execution = self.config[EXECUTION]
-        rate = execution["tokens_per_second"]
-        if isinstance(rate, Mapping):
-            rate = rate.get(run.model, DEFAULT_TOKENS_PER_SECOND)
-        seconds = self.training(run)["tokens"] / rate
-        minutes = execution["overhead_minutes"] + execution["safety"] * seconds / 60
-        return attempt * math.ceil(minutes)
+        """Runtime a cluster training job asks for (``ihsweep.cost.job_minutes``)."""
+        return cost.job_minutes(self.train_seconds(run), self.config[EXECUTION], attempt)
+
+    def cost(self, run: Run) -> dict:
+        """The run's row of ``python -m ihsweep.cost``."""
+        micro_batch = self.micro_batch(run) or 1
+        n_params = cost.parameter_count(self.model_of(run), self.vocab_size_of(run.data))
+        n_checkpoints = len(self.checkpoint_steps(run))
+        updates = self.total_steps(run)
+        return {
+            "run_id": run.id,
+            "updates": updates,
+            "tokens": updates * run.tokens_per_step,
+            "micro_batch": micro_batch,
+            "peak_gb": self.peak_memory(run, micro_batch)["total"] / cost.GB,
+            "limit_gb": cost.memory_limit(self.profile, self.config[EXECUTION]) / cost.GB,
+            "gpu_hours": self.train_seconds(run) / 3600,
+            "walltime_min": self.train_minutes(run),
+            "checkpoints": n_checkpoints,
+            # fp32 weights per checkpoint, and the resume state (weights and AdamW's moments)
+            "checkpoint_gb": (n_checkpoints * 4 + 12) * n_params / cost.GB,
+        }
+
+    def tokenize_minutes(self, data: str, attempt: int = 1) -> int:
+        corpus = self.config["datasets"][data]["corpus"]
+        return cost.tokenize_minutes(corpus, self.config[EXECUTION], attempt)
+
+    def chunk_minutes(self, data: str, context: int, attempt: int = 1) -> int:
+        dataset = self.config["datasets"][data]
+        if dataset["family"] == "markov":
+            tokens = (dataset["n_train_sequences"] + dataset["n_val_sequences"]) * context
+        else:
+            size = cost.corpus_bytes(dataset["corpus"])
+            tokens = None if size is None else size / BYTES_PER_TOKEN
+        return cost.chunk_minutes(tokens, self.config[EXECUTION], attempt)
 
     def probe_minutes(self, attempt: int = 1) -> int:
         return attempt * math.ceil(self.config[EXECUTION]["probe_minutes"])
@@ -307,16 +380,31 @@ def prepare(config: dict, schema: str | Path = SCHEMA) -> Study:
         for index, run in indexed
         if config["runs"][index].get("training")
     }
-    return Study(
+    try:
+        profile = cost.device_profile(config[EXECUTION])
+    except ValueError as err:
+        raise ConfigError(f"execution.device_profile: {err}") from None
+    study = Study(
         config=config,
         runs=[run for _, run in indexed],
+        profile=profile,
         checkpoint_tokens=tokens,
         grids=grids,
         overrides=overrides,
     )
+    for index, run in indexed:
+        _check_memory(study, index, run)
+    return study
 
 
-DEFAULT_TOKENS_PER_SECOND = 200000  # a model that execution.tokens_per_second does not list
+def load_configfiles(paths: list[Path]) -> dict:
+    """Several YAML files merged in order, as ``snakemake --configfile a b`` merges them."""
+    from snakemake.utils import update_config
+
+    config: dict = {}
+    for path in paths:
+        update_config(config, yaml.safe_load(Path(path).read_text()))
+    return config
 
 
 def study_definition(config: dict) -> dict:
@@ -511,6 +599,8 @@ def _describe_unknown_key(error: ValidationError) -> str:
     if variant:
         level += f" with {variant[0]}"
     path = _key_path([*error.absolute_path, key])
+    if path in REPLACED_KEYS:
+        return f"{path}: {REPLACED_KEYS[path]}"
     moved = MOVED_KEYS.get(path) or MOVED_KEYS.get(str(key))
     if moved:
         return f"{path}: moved to {moved}; where a study runs is not part of what it studies"
@@ -753,6 +843,38 @@ def _check_probe_fits(config: dict, dataset: dict, run: Run, index: int) -> None
             f"probe.max_half_length: s = min({cap}, C // 2) = {s} for C = {C} (runs[{index}]) "
             f"exceeds the {vocab}-token vocabulary of datasets.{run.data}; lower "
             f"probe.max_half_length to at most {vocab} or enlarge the vocabulary"
+        )
+
+
+def _check_memory(study: Study, index: int, run: Run) -> None:
+    """A run must fit its device's memory at its micro-batch (``ihsweep.cost.peak_memory``)."""
+    execution = study.config[EXECUTION]
+    limit = cost.memory_limit(study.profile, execution)
+    where = (
+        f"device profile {study.profile['name']}"
+        if study.profile["memory_gb"] is not None
+        else "execution.train_mem_mb"
+    )
+    micro_batch = study.micro_batch(run)
+    if micro_batch is None:
+        need = study.peak_memory(run, 1)["total"]
+        raise ConfigError(
+            f"runs[{index}]: run {run.id} does not fit in memory even one sequence at a time: "
+            f"~{need / cost.GB:.1f} GB estimated at micro-batch 1 against {limit / cost.GB:.1f} "
+            f"GB ({where}, {cost.MEMORY_MARGIN:.0%} usable); use a smaller model or context, or "
+            f"a device with more memory"
+        )
+    need = study.peak_memory(run, micro_batch)["total"]
+    if need > cost.MEMORY_MARGIN * limit:
+        fitting = cost.pick_micro_batch(
+            study.model_of(run), study.vocab_size_of(run.data), run.batch_size,
+            run.context_size, cost.profile_device_type(study.profile), limit,
+        )  # fmt: skip
+        raise ConfigError(
+            f"execution.micro_batch: run {run.id} (runs[{index}]) needs ~{need / cost.GB:.1f} GB "
+            f"at micro-batch {micro_batch}, more than {cost.MEMORY_MARGIN:.0%} of "
+            f"{limit / cost.GB:.1f} GB ({where}); set micro_batch: auto"
+            + (f" (it fits at {fitting})" if fitting else " (it does not fit even at 1)")
         )
 
 

@@ -32,12 +32,10 @@ import time
 from pathlib import Path
 
 import pandas as pd
-import yaml
-from snakemake.utils import update_config
 
 from ihsweep import layout
 from ihsweep.analysis.lawfit import predict_updates
-from ihsweep.config import ConfigError, Run, Study, prepare
+from ihsweep.config import ConfigError, Run, Study, load_configfiles, prepare
 from ihsweep.training.checkpoints import list_checkpoints
 from ihsweep.training.loop import read_progress
 
@@ -134,11 +132,8 @@ def main(argv=None) -> int:
     parser.add_argument("--active-minutes", type=float, default=5.0)
     parser.add_argument("--csv", type=Path, help="also write the table as CSV")
     args = parser.parse_args(argv)
-    config: dict = {}
-    for path in args.configfile:  # merged in order, as snakemake --configfile does
-        update_config(config, yaml.safe_load(path.read_text()))
     try:
-        study = prepare(config)
+        study = prepare(load_configfiles(args.configfile))
     except ConfigError as err:
         sys.exit(f"config error: {err}")
     table = status_table(study, Path("."), args.active_minutes)

@@ -2,12 +2,13 @@
 # Paths come from ihsweep.layout, the one home of the results/ layout.
 import json
 import os
+import re
 import sys
 
 # `report` alone is a keyword of a Snakefile: the function goes by another name here.
 from snakemake.io import report as report_output
 
-from ihsweep import layout
+from ihsweep import cost, layout
 from ihsweep.config import EXECUTION, ConfigError, Run, prepare
 from ihsweep.provenance import config_sha256
 
@@ -95,6 +96,14 @@ def train_runtime(wildcards, attempt):
     return STUDY.train_minutes(Run.from_wildcards(wildcards), attempt)
 
 
+def tokenize_runtime(wildcards, attempt):
+    return STUDY.tokenize_minutes(wildcards.data, attempt)
+
+
+def chunk_runtime(wildcards, attempt):
+    return STUDY.chunk_minutes(wildcards.data, int(wildcards.ctx), attempt)
+
+
 def probe_runtime(wildcards, attempt):
     return STUDY.probe_minutes(attempt)
 
@@ -169,3 +178,20 @@ def report_figures(stems, folder, category, caption_of, label_of):
         )
         for stem in stems
     ]
+
+
+# A dry run shows what the study will cost before anything is submitted (python -m ihsweep.cost).
+# Snakemake sets up its dry-run executor after parsing the Snakefile: read the command line.
+def is_dry_run(argv):
+    return any(
+        arg in ("--dry-run", "--dryrun") or re.fullmatch(r"-[A-Za-z]*n[A-Za-z]*", arg)
+        for arg in argv
+    )
+
+
+if workflow.is_main_process and is_dry_run(sys.argv[1:]):
+    print(
+        "Estimated cost (python -m ihsweep.cost):\n"
+        + cost.format_cost(cost.cost_table(STUDY), STUDY.profile),
+        file=sys.stderr,
+    )

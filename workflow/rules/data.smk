@@ -1,5 +1,7 @@
 # Datasets: tokenize a natural corpus once, then cut it into chunks per context size; a Markov
-# dataset builds its chain once, then draws sequences from it per context size.
+# dataset builds its chain once, then draws sequences from it per context size. A tokenize or
+# chunk job's cluster runtime comes from the corpus's size (ihsweep.cost); both stream their
+# data, so their memory does not grow with it.
 
 
 rule tokenize:
@@ -9,6 +11,9 @@ rule tokenize:
         layout.log("tokenize", "{data}"),
     conda:
         "../../envs/train.yaml"
+    resources:
+        mem_mb=cost.DATA_JOB_MEM_MB,
+        runtime=tokenize_runtime,
     params:
         spec=dataset_spec_json,
         out_dir=output_dir,
@@ -26,6 +31,9 @@ rule chunk:
         layout.log("chunk", "{data}/C{ctx}"),
     conda:
         "../../envs/train.yaml"
+    resources:
+        mem_mb=cost.DATA_JOB_MEM_MB,
+        runtime=chunk_runtime,
     params:
         spec=dataset_spec_json,
         out_dir=output_dir,

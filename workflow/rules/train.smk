@@ -22,6 +22,7 @@ rule train:
         gpu=EXECUTION_SETTINGS["gpu"],
         gpu_model=EXECUTION_SETTINGS["gpu_model"] or "",
         mem_mb=EXECUTION_SETTINGS["train_mem_mb"],
+        micro_batch=EXECUTION_SETTINGS["micro_batch"],
         runtime=train_runtime,
     params:
         spec=train_spec_json,
@@ -30,4 +31,5 @@ rule train:
     shell:
         "python -m ihsweep.steps.train --spec {params.spec:q} --data-dir {params.data_dir}"
         " --run-dir {params.run_dir} --device {resources.device} --threads {threads}"
-        " --progress-seconds {resources.progress_seconds} >> {log} 2>&1"
+        " --progress-seconds {resources.progress_seconds} --micro-batch {resources.micro_batch}"
+        " --memory-mb {resources.mem_mb} >> {log} 2>&1"

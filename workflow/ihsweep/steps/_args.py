@@ -31,9 +31,18 @@ def add_execution(p: argparse.ArgumentParser) -> None:
 
 def execution(args: argparse.Namespace) -> dict:
     """The execution settings given as flags, the schema's defaults for the others."""
-    given = {
-        key: getattr(args, key)
-        for key in ("device", "threads", "progress_seconds")
-        if getattr(args, key, None) is not None
+    flags = {
+        "device": "device",
+        "threads": "threads",
+        "progress_seconds": "progress_seconds",
+        "micro_batch": "micro_batch",
+        "memory_mb": "train_mem_mb",
     }
+    given = {
+        key: getattr(args, flag)
+        for flag, key in flags.items()
+        if getattr(args, flag, None) is not None
+    }
+    if str(given.get("micro_batch", "auto")).isdigit():
+        given["micro_batch"] = int(given["micro_batch"])
     return complete("execution", given)

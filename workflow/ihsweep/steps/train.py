@@ -2,7 +2,7 @@
 
     python -m ihsweep.steps.train --spec '<json of ihsweep.config.Study.train_spec>' \
         --data-dir results/data/<data>/C<C> --run-dir results/runs/<run id> \
-        [--device auto --threads 1 --progress-seconds 15]
+        [--device auto --threads 1 --progress-seconds 15 --micro-batch auto --memory-mb 16000]
 
 The execution flags left out take the schema's `execution` defaults.
 """
@@ -25,6 +25,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--progress-seconds", type=int, help="seconds between progress lines (0: every update)"
     )
+    p.add_argument("--micro-batch", help="sequences per forward/backward pass: a number, or auto")
+    p.add_argument(
+        "--memory-mb", type=int, help="the job's host memory (micro-batch auto on the CPU)"
+    )
     p.add_argument(
         "--stop-after-step", type=int, help="save resume state and stop after this step (tests)"
     )
@@ -37,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
         execution["device"],
         execution["threads"],
         execution["progress_seconds"],
+        execution["micro_batch"],
+        execution["train_mem_mb"],
         args.stop_after_step,
     )
     return 0

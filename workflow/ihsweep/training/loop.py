@@ -8,6 +8,12 @@ with the same weights, bit for bit on CPU, as an uninterrupted run: the batch at
 pure function of (seed, i), and the model, optimiser and RNG states are restored exactly.
 SIGTERM or SIGUSR1 (sent by SLURM before a walltime kill or on preemption) saves the resume
 state at the next step and exits non-zero.
+
+A step of B sequences runs as micro-batches (``train_step``) whose losses are weighted by their
+share of the batch, so their gradients add up to the full batch's; the loss computes the logits
+a slice of positions at a time when they are large (``next_token_loss``), so memory does not
+grow with B * C * vocabulary. The loss reaches the host only when it is logged, never every
+step: on a GPU a per-step ``.item()`` stalls the queue of kernels.
 """
 
 from __future__ import annotations
@@ -24,7 +30,9 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
+from ihsweep import cost
 from ihsweep.data.chunks import open_chunks, read_chunks_meta
 from ihsweep.io import write_json
 from ihsweep.layout import LOSS_CSV, PROGRESS_JSON, RUN_JSON
@@ -34,7 +42,7 @@ from ihsweep.training.checkpoints import (
     save_checkpoint,
     save_resume_state,
 )
-from ihsweep.training.model import GPT, GPTConfig, count_flops_per_token
+from ihsweep.training.model import GPT, GPTConfig
 
 EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: "try again", the retry resumes from the saved state
 
@@ -183,17 +191,97 @@ def format_eta(seconds: float) -> str:
     return f"{s // 60}m{s % 60:02d}s"
 
 
-@torch.no_grad()
-def evaluate(model: GPT, batches: list[torch.Tensor], device, autocast) -> float:
-    model.eval()
-    losses = []
-    for x in batches:
-        x = x.to(device)
+def next_token_loss(model: GPT, x: torch.Tensor, autocast) -> torch.Tensor:
+    """Mean cross-entropy of predicting x[:, 1:] from x[:, :-1], in fp32.
+
+    When the logits would exceed the device's ``cost.LOSS_CHUNK_LOGITS``, they are computed a
+    slice of positions at a time and recomputed in the backward pass (activation
+    checkpointing), so only one slice's logits exist at once; the mean is the same within float
+    rounding."""
+    inputs, targets = x[:, :-1], x[:, 1:].flatten()
+    rows = cost.loss_chunk_rows(model.cfg.vocab_size, x.device.type)
+    if targets.numel() <= rows:
         with autocast:
-            logits = model(x[:, :-1])
-        losses.append(F.cross_entropy(logits.float().flatten(0, 1), x[:, 1:].flatten()).item())
+            logits = model(inputs)
+        return F.cross_entropy(logits.float().flatten(0, 1), targets)
+    with autocast:
+        features = model.features(inputs).flatten(0, 1)
+        total = sum(
+            checkpoint(
+                _summed_loss,
+                features[i : i + rows],
+                model.W_U,
+                targets[i : i + rows],
+                use_reentrant=False,
+            )
+            for i in range(0, targets.numel(), rows)
+        )
+    return total / targets.numel()
+
+
+def _summed_loss(features: torch.Tensor, W_U: torch.Tensor, targets: torch.Tensor):
+    return F.cross_entropy((features @ W_U.T).float(), targets, reduction="sum")
+
+
+def batch_loss(model: GPT, x: torch.Tensor, micro_batch: int, autocast, backward: bool):
+    """The batch's mean loss, computed ``micro_batch`` sequences at a time (on the device; with
+    ``backward``, each part's gradients are accumulated). Each part's mean is weighted by its
+    share of the batch, so the gradients add up to the full batch's; one part is the plain
+    full-batch loss, bit for bit."""
+    parts = torch.split(x, cost.micro_batch_sizes(len(x), micro_batch))
+    total = None
+    for part in parts:
+        loss = next_token_loss(model, part, autocast)
+        if len(parts) > 1:
+            loss = loss * (len(part) / len(x))
+        if backward:
+            loss.backward()
+        total = loss.detach() if total is None else total + loss.detach()
+    return total
+
+
+def train_step(model, optim, x, micro_batch: int, autocast, grad_clip: float | None):
+    """One AdamW update on the batch ``x`` [B, C]; returns its loss, still on the device."""
+    optim.zero_grad(set_to_none=True)
+    loss = batch_loss(model, x, micro_batch, autocast, backward=True)
+    if grad_clip is not None:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optim.step()
+    return loss
+
+
+@torch.no_grad()
+def evaluate(model: GPT, batches: list[torch.Tensor], micro_batch: int, device, autocast):
+    model.eval()
+    losses = [
+        batch_loss(model, x.to(device), micro_batch, autocast, backward=False).item()
+        for x in batches
+    ]
     model.train()
     return float(np.mean(losses))
+
+
+def resolve_micro_batch(
+    setting: int | str, cfg: GPTConfig, batch_size: int, context: int, device, memory_mb: int
+) -> int:
+    """The micro-batch of ``execution.micro_batch`` on the device this job got: a number (at
+    most B), or for ``auto`` the largest the memory estimate fits (``ihsweep.cost``) into the
+    GPU's memory, or on the CPU into the job's ``memory_mb``."""
+    if setting != "auto":
+        return min(int(setting), batch_size)
+    if device.type == "cuda":
+        limit = torch.cuda.get_device_properties(device).total_memory
+    else:
+        limit = memory_mb * cost.MB
+    model = cfg.to_dict()
+    picked = cost.pick_micro_batch(model, cfg.vocab_size, batch_size, context, device.type, limit)
+    if picked is None:
+        need = cost.peak_memory(model, cfg.vocab_size, 1, context, device.type)["total"]
+        raise MemoryError(
+            f"even one sequence needs ~{need / cost.GB:.1f} GB, more than "
+            f"{cost.MEMORY_MARGIN:.0%} of this {device.type} job's {limit / cost.GB:.1f} GB"
+        )
+    return picked
 
 
 def train(
@@ -203,16 +291,21 @@ def train(
     device: str,
     threads: int,
     progress_seconds: float,
+    micro_batch: int | str,
+    memory_mb: int,
     stop_after_step: int | None = None,
 ) -> dict:
     """Run (or resume) one training run; returns the summary written to ``run.json``.
 
+    The execution settings are ``execution``'s (the schema documents them); ``memory_mb`` is the
+    job's host memory, which ``micro_batch: auto`` fits a CPU job into.
     ``progress.json`` follows the run (``write_progress``): running while it trains, then done,
     interrupted (a signal: the state is saved and the retry resumes) or failed (any error)."""
     run_dir = Path(run_dir)
     tokens_per_step = spec["batch_size"] * spec["context_size"]
+    execution = (device, threads, progress_seconds, micro_batch, memory_mb)
     try:
-        return _train(spec, data_dir, run_dir, device, threads, progress_seconds, stop_after_step)
+        return _train(spec, data_dir, run_dir, *execution, stop_after_step)
     except Exception as err:
         step = read_progress(run_dir).get("step", 0)  # the last step recorded before the error
         error = f"{type(err).__name__}: {err}"
@@ -221,7 +314,10 @@ def train(
         raise
 
 
-def _train(spec, data_dir, run_dir, device, threads, progress_seconds, stop_after_step):
+def _train(
+    spec, data_dir, run_dir, device, threads, progress_seconds, micro_batch, memory_mb,
+    stop_after_step,
+):  # fmt: skip
     run_dir, tcfg = Path(run_dir), spec["training"]
     B, C, seed = spec["batch_size"], spec["context_size"], spec["seed"]
     total_steps, ckpt_steps = spec["total_steps"], set(spec["checkpoint_steps"])
@@ -252,6 +348,12 @@ def _train(spec, data_dir, run_dir, device, threads, progress_seconds, stop_afte
         fused=True,  # one kernel per step on CUDA and CPU: ~10% of a small CPU model's step
     )
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
+    micro_batch = resolve_micro_batch(micro_batch, cfg, B, C, device, memory_mb)
+    print(
+        f"[{spec['run_id']}] {len(cost.micro_batch_sizes(B, micro_batch))} micro-batch(es) of "
+        f"at most {micro_batch} per update of B = {B} on {device}",
+        flush=True,
+    )
 
     # --- resume, unless the saved state belongs to a different spec (then start afresh)
     step, fingerprint = 0, spec_hash(spec)
@@ -281,7 +383,7 @@ def _train(spec, data_dir, run_dir, device, threads, progress_seconds, stop_afte
 
     def save(step: int, train_loss: float, with_checkpoint: bool) -> None:
         if with_checkpoint:
-            val_loss = evaluate(model, val_batches, device, autocast)
+            val_loss = evaluate(model, val_batches, micro_batch, device, autocast)
             ckpt_meta = {
                 "run_id": spec["run_id"],
                 "tokens": step * B * C,
@@ -311,38 +413,44 @@ def _train(spec, data_dir, run_dir, device, threads, progress_seconds, stop_afte
 
     # --- the loop
     stop = StopRequested()
-    flops_per_token = count_flops_per_token(cfg, C)
+    flops_per_token = cost.flops_per_token(cfg.to_dict(), cfg.vocab_size, C)
     model.train()
     progress = Progress(progress_seconds, step)  # also times the session for the summary
+    unread: list[torch.Tensor] = []  # losses still on the device, read when a line needs them
+
+    def read_losses() -> None:
+        if unread:
+            values = torch.stack(unread).tolist()
+            unread.clear()
+            recent.extend(values)
+            for value in values:
+                progress.add(value)
+
     while step < total_steps:
         lr = lr_at(step, total_steps, tcfg["lr"], tcfg["warmup_fraction"])
         for group in optim.param_groups:
             group["lr"] = lr
         x = sampler.batch(step).to(device, non_blocking=True)
-        with autocast:
-            logits = model(x[:, :-1])
-        loss = F.cross_entropy(logits.float().flatten(0, 1), x[:, 1:].flatten())
-        optim.zero_grad(set_to_none=True)
-        loss.backward()
-        if tcfg["grad_clip"] is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg["grad_clip"])
-        optim.step()
+        unread.append(train_step(model, optim, x, micro_batch, autocast, tcfg["grad_clip"]))
         step += 1
-        recent.append(loss.item())
-        progress.add(recent[-1])
 
-        if step % tcfg["log_every"] == 0 or step == total_steps:
+        log_row = step % tcfg["log_every"] == 0 or step == total_steps
+        line_due = progress.due(step, total_steps)
+        stopping = stop.signum is not None or step == stop_after_step
+        if log_row or line_due or step in ckpt_steps or stopping:
+            read_losses()
+        if log_row:
             train_loss = float(np.mean(recent[-tcfg["log_every"] :]))
             with open(loss_log, "a") as f:
                 f.write(f"{step},{step * B * C},train,{train_loss:.6f},{lr:.6g}\n")
-        if progress.due(step, total_steps):
+        if line_due:
             line = progress.line(step, total_steps, B * C, flops_per_token)
             print(f"[{spec['run_id']}] {line}", flush=True)
             write_progress(run_dir, "running", step, total_steps, B * C, progress.tokens_per_second)
         if step in ckpt_steps:
             save(step, float(np.mean(recent[-tcfg["log_every"] :])), True)
             del recent[: -tcfg["log_every"]]
-        if stop.signum is not None or step == stop_after_step:
+        if stopping:
             if step not in ckpt_steps:
                 save(step, float("nan"), False)
             signal_number = None if stop.signum is None else int(stop.signum)
@@ -364,6 +472,7 @@ def _train(spec, data_dir, run_dir, device, threads, progress_seconds, stop_afte
         "tokens": total_steps * B * C,
         "n_params": model.n_params(),
         "device": str(device),
+        "micro_batch": micro_batch,
         "checkpoints": [m["step"] for m in checkpoints],
         "final_train_loss": float(np.mean(recent[-tcfg["log_every"] :])) if recent else None,
         "seconds_this_session": round(elapsed, 1),

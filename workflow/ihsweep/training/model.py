@@ -126,20 +126,17 @@ class GPT(nn.Module):
 
     def forward(self, idx: torch.Tensor, cache: bool = False):
         """Logits [batch, pos, vocab]; with ``cache=True`` also the per-layer attention cache."""
+        act = {"pattern": [], "z": []} if cache else None
+        logits = self.features(idx, act) @ self.W_U.T
+        return (logits, act) if cache else logits
+
+    def features(self, idx: torch.Tensor, act: dict | None = None) -> torch.Tensor:
+        """The final LayerNorm's output [batch, pos, d_model]: the logits are ``features @ W_U.T``
+        (a loss over a large vocabulary computes them a slice of positions at a time)."""
         t = idx.shape[1]
         if t > self.cfg.n_ctx:
             raise ValueError(f"sequence length {t} exceeds the model's n_ctx={self.cfg.n_ctx}")
-        act = {"pattern": [], "z": []} if cache else None
         x = self.wte(idx) + self.wpe(torch.arange(t, device=idx.device))
         for block in self.blocks:
             x = block(x, act)
-        logits = self.ln_f(x) @ self.W_U.T
-        return (logits, act) if cache else logits
-
-
-def count_flops_per_token(cfg: GPTConfig, context: int) -> float:
-    """Training FLOPs per token (forward + backward), the PaLM appendix-B estimate."""
-    d, L = cfg.d_model, cfg.n_layer
-    per_layer = 4 * d * d + (8 * d * d if cfg.mlp else 0)
-    matmul_params = L * per_layer + cfg.vocab_size * d
-    return 6 * matmul_params + 12 * L * d * context
+        return self.ln_f(x)

@@ -1,0 +1,252 @@
+"""The cost model (``ihsweep.cost``): parameters, FLOPs, walltime and memory on hand-computed
+cases; memory against what a real training job measures; the memory check that refuses a cell
+before any job starts; ``python -m ihsweep.cost`` on the paper study.
+
+The memory-bound case is an analog of the paper's largest cell at this machine's scale: GPT-2's
+vocabulary, B 64 x C 64, whose full-batch logits (0.8 GB in fp32, ~3.2 GB with what the loss
+keeps for backward) are beyond a 1.5 GB job, and a deep, narrow model (64 layers of width 64)
+whose full-batch activations alone (~1.2 GB) are too; with ``micro_batch: auto`` the job
+trains within 1.5 GB, measured.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import yaml
+from conftest import REPO, SCHEMA
+from ihsweep import cost
+from ihsweep.config import GPT2_VOCAB_SIZE, ConfigError, prepare
+from ihsweep.training.model import GPT, GPTConfig
+
+PAPER_MODEL = {"n_layer": 2, "n_head": 8, "d_model": 768, "mlp": True, "n_ctx": 1024}
+PROFILE = {"peak_tflops": 100.0, "mfu": 0.5, "step_overhead_ms": 2.0, "memory_gb": 10}
+EXECUTION = {"overhead_minutes": 10, "safety": 1.5, "train_mem_mb": 1500}
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        PAPER_MODEL,
+        {"n_layer": 2, "n_head": 4, "d_model": 64, "mlp": False, "n_ctx": 32},
+        {"n_layer": 3, "n_head": 2, "d_model": 48, "mlp": True, "n_ctx": 100},
+    ],
+)
+def test_parameter_count_is_the_models(model):
+    vocab = 50257 if model["d_model"] == 768 else 300
+    built = GPT(GPTConfig(vocab_size=vocab, **model))
+    assert cost.parameter_count(model, vocab) == built.n_params()
+
+
+def test_flops_per_token_of_the_paper_model_by_hand():
+    # 6 * (2 layers * 12 * 768^2 + 50,257 * 768) + 12 * 2 * 768 * 1024
+    by_hand = 6 * (2 * 12 * 768**2 + 50257 * 768) + 12 * 2 * 768 * 1024
+    assert cost.flops_per_token(PAPER_MODEL, 50257, 1024) == by_hand == 335_393_280
+
+
+def test_train_seconds_and_walltime_by_hand():
+    # 1,000 updates of 4 passes at 2 ms = 8 s; 1e9 tokens * 3e8 FLOP / (100e12 * 0.5) = 6,000 s
+    seconds = cost.train_seconds(1000, 4, 10**9, 3e8, PROFILE)
+    assert seconds == pytest.approx(6008.0)
+    # ceil(10 + 1.5 * 6,008 / 60) = ceil(160.2) = 161 minutes; a second attempt asks twice that
+    assert cost.job_minutes(seconds, EXECUTION, 1) == 161
+    assert cost.job_minutes(seconds, EXECUTION, 2) == 322
+
+
+def test_dataset_jobs_take_their_runtime_from_the_corpus_size(tmp_path):
+    text = tmp_path / "a.txt"
+    text.write_bytes(b"x" * 12_000_000)  # 12 MB at 2 MB/s = 6 s: ceil(10 + 1.5 * 0.1) = 11
+    files = {"source": "files", "paths": [str(tmp_path / "*.txt")]}
+    assert cost.corpus_bytes(files) == 12_000_000
+    assert cost.tokenize_minutes(files, EXECUTION, 1) == 11
+    hub = {"source": "huggingface", "max_documents": 20_000_000}  # 20 GB at 2 MB/s: 10,000 s
+    assert cost.tokenize_minutes(hub, EXECUTION, 1) == math.ceil(10 + 1.5 * 10_000 / 60)
+    assert cost.tokenize_minutes({**hub, "max_documents": None}, EXECUTION, 2) == 2 * 24 * 60
+    assert cost.chunk_minutes(3e8, EXECUTION, 1) == math.ceil(10 + 1.5 * 60 / 60)
+
+
+@pytest.mark.parametrize(
+    "batch, micro, sizes",
+    [(8, 8, [8]), (8, 100, [8]), (256, 64, [64] * 4), (10, 4, [4, 3, 3]), (5, 2, [2, 2, 1])],
+)
+def test_micro_batch_sizes_split_the_batch_evenly(batch, micro, sizes):
+    assert cost.micro_batch_sizes(batch, micro) == sizes
+
+
+def test_memory_estimate_by_hand():
+    model = {"n_layer": 2, "n_head": 4, "d_model": 64, "mlp": False, "n_ctx": 64}
+    parts = cost.peak_memory(model, 1000, 8, 64, "cpu")
+    n_params = cost.parameter_count(model, 1000)
+    assert parts["state"] == 16 * n_params
+    assert parts["activations"] == 8 * 64 * (2 * 8 * 64 + 6 * 64) * 4
+    assert parts["logits"] == 8 * 63 * 1000 * 16  # 504 positions: one loss chunk
+    big = cost.peak_memory(model, 50257, 64, 64, "cpu")
+    assert big["logits"] == (2**24 // 50257) * 50257 * 16  # one chunk of 333 positions
+    assert parts["total"] == sum(v for k, v in parts.items() if k != "total")
+
+
+def test_auto_picks_the_largest_micro_batch_that_fits():
+    model = {"n_layer": 64, "n_head": 4, "d_model": 64, "mlp": True, "n_ctx": 64}
+    limit = 1500 * cost.MB
+    m = cost.pick_micro_batch(model, 50257, 64, 64, "cpu", limit)
+    assert 1 <= m < 64
+    estimates = [cost.peak_memory(model, 50257, k, 64, "cpu")["total"] for k in (m, m + 1)]
+    fits = [estimate <= 0.85 * limit for estimate in estimates]
+    assert fits == [True, False]
+    assert cost.pick_micro_batch(model, 50257, 64, 64, "cpu", 100 * cost.MB) is None
+    assert cost.pick_micro_batch(model, 50257, 8, 64, "cpu", 100 * cost.GB) == 8
+
+
+# --------------------------------------------------------------------------------------------
+# Profiles
+
+
+def test_device_profile_auto_and_from_a_benchmark_file(tmp_path):
+    execution = {"device_profile": "auto", "device": "auto", "gpu": 1, "gpu_model": None}
+    assert cost.device_profile(execution)["name"] == "a100-80gb"
+    assert cost.device_profile({**execution, "gpu_model": "H100"})["name"] == "h100"
+    assert cost.device_profile({**execution, "device": "cpu"})["name"] == "cpu"
+    assert cost.device_profile({**execution, "gpu": 0})["memory_gb"] is None
+    measured = tmp_path / "mine.json"
+    measured.write_text(json.dumps({"profile": PROFILE, "cells": []}))
+    got = cost.device_profile({**execution, "device_profile": str(measured)})
+    assert {k: got[k] for k in PROFILE} == PROFILE
+    measured.write_text(json.dumps({"profile": {"peak_tflops": 1}}))
+    with pytest.raises(ValueError, match="not a device profile.*mfu"):
+        cost.device_profile({**execution, "device_profile": str(measured)})
+
+
+# --------------------------------------------------------------------------------------------
+# The memory-bound analog of the paper's largest cell, through the config and a real job
+
+ANALOG_MODEL = {"n_layer": 64, "n_head": 4, "d_model": 64, "mlp": True, "n_ctx": 64}
+ANALOG_B, ANALOG_C = 64, 64
+LIMIT_MB = 1500
+
+
+def analog_config(micro_batch) -> dict:
+    return {
+        "models": {"deep": ANALOG_MODEL},
+        "datasets": {"web": {"family": "natural", "corpus": {"source": "kjv"}}},  # GPT-2 vocab
+        "runs": [{"data": "web", "model": "deep", "batch_size": ANALOG_B, "context_size": 64}],
+        "training": {"tokens": 2 * ANALOG_B * ANALOG_C, "log_every": 1, "val_batches": 1},
+        "checkpoints": {"tokens": [2 * ANALOG_B * ANALOG_C]},
+        "execution": {"device": "cpu", "train_mem_mb": LIMIT_MB, "micro_batch": micro_batch},
+    }
+
+
+def test_validation_refuses_the_analog_cell_without_micro_batches():
+    with pytest.raises(ConfigError) as err:
+        prepare(analog_config(ANALOG_B), SCHEMA)
+    message = str(err.value)
+    fragments = [
+        "execution.micro_batch", "web/deep/B64-C64-s0", "at micro-batch 64",
+        "1.5 GB (execution.train_mem_mb)", "set micro_batch: auto (it fits at",
+    ]  # fmt: skip
+    for fragment in fragments:
+        assert fragment in message, message
+    too_small = analog_config("auto")
+    too_small["execution"]["train_mem_mb"] = 500
+    with pytest.raises(ConfigError, match=r"runs\[0\]: run web/deep/B64-C64-s0 does not fit"):
+        prepare(too_small, SCHEMA)
+
+
+@pytest.mark.slow
+def test_analog_cell_trains_under_its_memory_limit_with_auto_micro_batches(tmp_path):
+    study = prepare(analog_config("auto"), SCHEMA)
+    (run,) = study.runs
+    micro_batch = study.micro_batch(run)
+    assert 1 < micro_batch < ANALOG_B
+    full_logits = ANALOG_B * (ANALOG_C - 1) * GPT2_VOCAB_SIZE * 4
+    assert full_logits > LIMIT_MB * cost.MB / 2  # and ~4x that is what an unsplit loss keeps
+    assert study.peak_memory(run, ANALOG_B)["total"] > LIMIT_MB * cost.MB
+
+    data = tmp_path / "data"
+    data.mkdir()
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 4 * ANALOG_B), ("val", ANALOG_B)):
+        rng.integers(0, GPT2_VOCAB_SIZE, (n, ANALOG_C)).astype("<u2").tofile(data / f"{split}.bin")
+    meta = {"context": ANALOG_C, "vocab_size": GPT2_VOCAB_SIZE, "dtype": "uint16",
+            "n_train": 4 * ANALOG_B, "n_val": ANALOG_B,
+            "files": {s: {"chunks": f"{s}.bin"} for s in ("train", "val")}}  # fmt: skip
+    (data / "chunks.json").write_text(json.dumps(meta))
+    command = [
+        sys.executable, "-m", "ihsweep.steps.train", "--spec", json.dumps(study.train_spec(run)),
+        "--data-dir", str(data), "--run-dir", str(tmp_path / "run"), "--device", "cpu",
+        "--threads", "1", "--micro-batch", "auto", "--memory-mb", str(LIMIT_MB),
+    ]  # fmt: skip
+    # The peak of the job alone: a wrapper process reports its one child's ru_maxrss (KiB).
+    wrapper = (
+        "import resource, subprocess, sys; "
+        "rc = subprocess.run(sys.argv[1:]).returncode; "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(rc)"
+    )
+    env = {"PYTHONPATH": str(REPO / "workflow"), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(
+        [sys.executable, "-c", wrapper, *command], capture_output=True, text=True, env=env,
+        timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    peak = int(proc.stdout.split()[-1]) * 1024
+    assert f"micro-batch(es) of at most {micro_batch} per update of B = 64" in proc.stdout
+    assert (tmp_path / "run" / "run.json").exists()
+    assert peak < LIMIT_MB * cost.MB, f"peak {peak / 1e9:.2f} GB"
+    # The estimate is an upper bound, and not a loose one.
+    estimate = study.peak_memory(run, micro_batch)["total"]
+    assert peak <= estimate <= 1.5 * peak
+
+
+# --------------------------------------------------------------------------------------------
+# The paper study
+
+
+def test_cost_table_of_the_paper_study_lists_its_30_cells(tmp_path):
+    table = tmp_path / "cost.csv"
+    proc = subprocess.run(
+        [sys.executable, "-m", "ihsweep.cost", "--configfile", "workflow/studies/paper.yaml",
+         "--csv", str(table)],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    import pandas as pd
+
+    rows = pd.read_csv(table)
+    assert len(rows) == 30 and rows.run_id.is_unique
+    assert set(rows.columns) == set(cost.COLUMNS)
+    assert (rows.tokens.between(0.999e9, 1e9)).all()
+    assert (rows.updates == 10**9 // (rows.run_id.str.extract(r"B(\d+)-C(\d+)").astype(int)
+                                      .prod(axis=1))).all()  # fmt: skip
+    assert (rows.peak_gb <= 0.85 * rows.limit_gb).all() and (rows.walltime_min > 0).all()
+    assert rows.checkpoints.eq(30).all()
+    assert "30 runs:" in proc.stdout and "device-hours estimated" in proc.stdout
+
+
+def test_a_smaller_gpu_splits_the_largest_paper_cell():
+    config = yaml.safe_load((REPO / "workflow/studies/paper.yaml").read_text())
+    config["execution"]["device_profile"] = "a10"  # 24 GB
+    study = prepare(config, SCHEMA)
+    largest = next(r for r in study.runs if (r.batch_size, r.context_size) == (256, 1024))
+    smallest = next(r for r in study.runs if (r.batch_size, r.context_size) == (8, 64))
+    assert study.micro_batch(largest) < 256 and study.micro_batch(smallest) == 8
+    assert study.peak_memory(largest, study.micro_batch(largest))["total"] <= 0.85 * 24e9
+    need = study.peak_memory(largest, 256)["total"] / cost.GB
+    config["execution"]["micro_batch"] = 256
+    with pytest.raises(ConfigError, match=rf"needs ~{need:.1f} GB at micro-batch 256.* 24.0 GB"):
+        prepare(config, SCHEMA)
+
+
+def test_snakemake_dry_run_prints_the_cost_table(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "-n", "--configfile", "workflow/studies/paper.yaml",
+         "--directory", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    output = proc.stdout + proc.stderr
+    assert "Estimated cost (python -m ihsweep.cost)" in output
+    assert "cc100/gpt2-2L/B256-C1024-s0" in output and "30 runs:" in output

@@ -1,0 +1,303 @@
+"""What a study costs before it runs: FLOPs, peak memory, micro-batch, walltime, storage.
+
+    python -m ihsweep.cost                              # the study in config.yaml
+    python -m ihsweep.cost --configfile workflow/studies/paper.yaml --csv cost.csv
+
+One row per training run (cell): updates, tokens, the micro-batch the job will use, its
+estimated peak memory against the device's, estimated GPU-hours, the walltime it asks a cluster
+for, and the disk its checkpoints take; then the totals. Everything here is arithmetic on the
+config (no torch), so ``ihsweep.config`` uses it to refuse, before any job starts, a cell that
+does not fit in memory even one sequence at a time, and the rules use it for each job's
+runtime and memory.
+
+**Time.** A training job's seconds are
+``updates * micro_batches * step_overhead + tokens * flops_per_token / (peak_flops * mfu)``:
+a fixed cost per forward/backward pass (kernel launches, Python, the optimiser), which dominates
+small (B, C) cells, plus the FLOPs at a sustained fraction of the device's peak. The constants
+are a *device profile*: built-in ones for common GPUs (vendor bf16 dense peaks; ``mfu`` and
+``step_overhead_ms`` are assumptions until measured) and one measured on the development CPU;
+``bench/train_speed.py`` measures them on the user's own device and writes a profile file that
+``execution.device_profile`` accepts. The walltime asked for is
+``attempt * ceil(overhead_minutes + safety * seconds / 60)``.
+
+**Memory.** Peak bytes of a training step at micro-batch m: the runtime (CUDA context or the
+CPU process), fp32 weights, gradients and AdamW's two moments (16 bytes per parameter, plus a
+bf16 copy under autocast on CUDA), the activations the backward pass keeps (per token, per
+layer: 8 d-vectors in attention, 10 in the MLP, counted at 4 bytes), and the logits of one loss
+chunk (``LOSS_CHUNK_LOGITS``: the trainer computes the loss a slice of positions at a time, so
+the logits never exist for the whole micro-batch). ``tests/test_cost.py`` checks the estimate
+against measured peaks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+GB = 1e9
+MB = 1e6
+
+# The trainer's loss computes at most this many logits at once (training/loop.py): on the CPU
+# 16M (64 MB in fp32), on a GPU 64M, small next to its memory and large enough for full-speed
+# matmuls (1,335 positions of GPT-2's vocabulary).
+LOSS_CHUNK_LOGITS = {"cpu": 2**24, "cuda": 2**26}
+# Bytes per logit alive during the loss of one chunk: fp32 logits, the log-softmax saved for
+# backward, its gradient, the logits' gradient (the measured factor was 3.9x the fp32 logits:
+# ../shared/notes/data-and-cpu.md); plus the bf16 logits on CUDA.
+LOGIT_BYTES = {"cpu": 16, "cuda": 18}
+ACTIVATION_BYTES = 4  # fp32 on CPU; on CUDA bf16 for matmul inputs: an upper bound there
+RUNTIME_BYTES = {"cpu": 0.6 * GB, "cuda": 1.0 * GB}  # torch in the process / the CUDA context
+MEMORY_MARGIN = 0.85  # auto picks a micro-batch whose estimate is within this share of the limit
+
+# Device profiles: peak_tflops is the vendor's dense bf16 peak (on the CPU: the measured fp32
+# matmul peak, bf16 being slower there); mfu, the sustained fraction of it on this model;
+# step_overhead_ms, the fixed cost of one forward/backward pass; memory_gb, what the job can use
+# (null: the job's host memory, execution.train_mem_mb). `source` says where numbers come from.
+GPU_ASSUMED = "vendor peak; mfu and step overhead assumed, not measured: run bench/train_speed.py"
+DEVICE_PROFILES = {
+    "cpu": {
+        "peak_tflops": 0.16,
+        "mfu": 0.25,
+        "step_overhead_ms": 3.0,
+        "memory_gb": None,
+        "source": "one thread of the 2-core development machine, bench/train_speed.py (README)",
+    },
+    "a10": {"peak_tflops": 125, "mfu": 0.3, "step_overhead_ms": 3.0, "memory_gb": 24},
+    "l40s": {"peak_tflops": 362, "mfu": 0.3, "step_overhead_ms": 3.0, "memory_gb": 48},
+    "a100-40gb": {"peak_tflops": 312, "mfu": 0.3, "step_overhead_ms": 3.0, "memory_gb": 40},
+    "a100-80gb": {"peak_tflops": 312, "mfu": 0.3, "step_overhead_ms": 3.0, "memory_gb": 80},
+    "h100": {"peak_tflops": 989, "mfu": 0.3, "step_overhead_ms": 3.0, "memory_gb": 80},
+    "h200": {"peak_tflops": 989, "mfu": 0.3, "step_overhead_ms": 3.0, "memory_gb": 141},
+}
+for _name, _profile in DEVICE_PROFILES.items():
+    _profile.setdefault("source", GPU_ASSUMED)
+    _profile["name"] = _name
+DEFAULT_GPU_PROFILE = "a100-80gb"  # a GPU job whose gpu_model names no profile
+PROFILE_KEYS = ("peak_tflops", "mfu", "step_overhead_ms", "memory_gb")
+
+# Dataset jobs. Measured here: GPT-2's tokenizer encodes 2.0 MB of text per second (the KJV,
+# 4.1 MB in 2.04 s, 2 cores). A hub corpus's size is unknown before it is streamed: counted at
+# HUB_BYTES_PER_DOCUMENT (CC100 documents are paragraphs; an upper estimate).
+TOKENIZE_BYTES_PER_SECOND = 2.0e6
+KJV_BYTES = 4_136_544
+HUB_BYTES_PER_DOCUMENT = 1000
+HUB_UNBOUNDED_MINUTES = 24 * 60  # a hub corpus read whole (max_documents: null)
+CHUNK_TOKENS_PER_SECOND = 5.0e6  # cutting and selecting chunks (numpy on a memory map)
+DATA_JOB_MEM_MB = 4000  # tokenize and chunk stream their input: memory does not grow with it
+
+
+# --------------------------------------------------------------------------------------------
+# Model arithmetic
+
+
+def parameter_count(model: dict, vocab_size: int) -> int:
+    """Parameters of ``ihsweep.training.model.GPT`` (tied embeddings, no attention-output bias)."""
+    d, L = model["d_model"], model["n_layer"]
+    attention = 2 * d + (3 * d * d + 3 * d) + d * d  # ln_1, qkv, out
+    mlp = 2 * d + (4 * d * d + 4 * d) + (4 * d * d + d) if model["mlp"] else 0
+    return vocab_size * d + model["n_ctx"] * d + L * (attention + mlp) + 2 * d
+
+
+def flops_per_token(model: dict, vocab_size: int, context: int) -> float:
+    """Training FLOPs per token (forward + backward), the PaLM appendix-B estimate."""
+    d, L = model["d_model"], model["n_layer"]
+    per_layer = 4 * d * d + (8 * d * d if model["mlp"] else 0)
+    matmul_params = L * per_layer + vocab_size * d
+    return 6 * matmul_params + 12 * L * d * context
+
+
+def loss_chunk_rows(vocab_size: int, device_type: str) -> int:
+    """Positions whose logits the loss computes at once (the trainer's and the estimate's)."""
+    return max(1, LOSS_CHUNK_LOGITS[device_type] // vocab_size)
+
+
+def peak_memory(
+    model: dict, vocab_size: int, micro_batch: int, context: int, device_type: str
+) -> dict[str, float]:
+    """Estimated peak bytes of one training step, by part, and their ``total``."""
+    n_params = parameter_count(model, vocab_size)
+    d, L = model["d_model"], model["n_layer"]
+    per_layer = 8 * d + (10 * d if model["mlp"] else 0)
+    tokens = micro_batch * context
+    rows = min(micro_batch * (context - 1), loss_chunk_rows(vocab_size, device_type))
+    parts = {
+        "runtime": RUNTIME_BYTES[device_type],
+        "state": n_params * (16 + (2 if device_type == "cuda" else 0)),
+        # + embeddings, the final LayerNorm and the residual gradients in flight
+        "activations": tokens * (L * per_layer + 6 * d) * ACTIVATION_BYTES,
+        "logits": rows * vocab_size * LOGIT_BYTES[device_type],
+    }
+    return {**parts, "total": sum(parts.values())}
+
+
+def pick_micro_batch(
+    model: dict, vocab_size: int, batch_size: int, context: int, device_type: str, limit: float
+) -> int | None:
+    """The largest micro-batch m <= B whose estimated peak is within MEMORY_MARGIN of ``limit``
+    bytes; None when not even m = 1 fits. The batch is then split into ceil(B / m) near-equal
+    parts (``micro_batch_sizes``), none larger than m."""
+
+    def fits(m: int) -> bool:
+        estimate = peak_memory(model, vocab_size, m, context, device_type)["total"]
+        return estimate <= MEMORY_MARGIN * limit
+
+    if not fits(1):
+        return None
+    lo, hi = 1, batch_size  # the estimate grows with m: bisect for the largest that fits
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+    return lo
+
+
+def micro_batch_sizes(batch_size: int, micro_batch: int) -> list[int]:
+    """Sizes of the parts a batch of B runs as: ceil(B / m) parts, differing by at most one."""
+    parts = math.ceil(batch_size / micro_batch)
+    return [batch_size // parts + (1 if i < batch_size % parts else 0) for i in range(parts)]
+
+
+# --------------------------------------------------------------------------------------------
+# Devices and time
+
+
+def device_profile(execution: dict) -> dict:
+    """The cost model's constants for the study's `execution` section: a built-in profile, or
+    a profile file written by bench/train_speed.py. Raises ValueError naming the problem."""
+    choice = execution["device_profile"]
+    if choice == "auto":
+        on_cpu = execution["device"] == "cpu" or execution["gpu"] == 0
+        gpu_model = (execution["gpu_model"] or "").lower()
+        if on_cpu:
+            choice = "cpu"
+        else:
+            choice = gpu_model if gpu_model in DEVICE_PROFILES else DEFAULT_GPU_PROFILE
+    if choice in DEVICE_PROFILES:
+        return dict(DEVICE_PROFILES[choice])
+    path = Path(choice)
+    if not path.is_file():
+        raise ValueError(
+            f"{choice!r} is neither a built-in profile ({', '.join(DEVICE_PROFILES)}) nor a "
+            f"file; give one of those, auto, or the JSON that bench/train_speed.py writes"
+        )
+    try:
+        profile = json.loads(path.read_text())["profile"]
+        for key in PROFILE_KEYS:
+            profile[key]  # noqa: B018 - every key must be there
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(
+            f"{choice}: not a device profile (expected {{'profile': {{{', '.join(PROFILE_KEYS)}}}}}"
+            f" as bench/train_speed.py writes it): {type(err).__name__}: {err}"
+        ) from None
+    return {"name": str(path), "source": str(path), **profile}
+
+
+def profile_device_type(profile: dict) -> str:
+    return "cpu" if profile["memory_gb"] is None else "cuda"
+
+
+def memory_limit(profile: dict, execution: dict) -> float:
+    """Bytes a training job may use: the GPU's memory, or on the CPU the job's memory."""
+    if profile["memory_gb"] is None:
+        return execution["train_mem_mb"] * MB
+    return profile["memory_gb"] * GB
+
+
+def train_seconds(updates: int, passes_per_update: int, tokens: int, fpt: float, profile: dict):
+    """Estimated seconds of training: the formula in the module's docstring."""
+    overhead = updates * passes_per_update * profile["step_overhead_ms"] / 1e3
+    compute = tokens * fpt / (profile["peak_tflops"] * 1e12 * profile["mfu"])
+    return overhead + compute
+
+
+def job_minutes(seconds: float, execution: dict, attempt: int) -> int:
+    """The walltime a cluster job asks for; a retry asks for proportionally more."""
+    return attempt * math.ceil(execution["overhead_minutes"] + execution["safety"] * seconds / 60)
+
+
+def corpus_bytes(corpus: dict) -> float | None:
+    """Size of a natural corpus's text before it is read; None when unknown (a whole hub
+    dataset)."""
+    import glob
+
+    if corpus["source"] == "kjv":
+        return KJV_BYTES
+    if corpus["source"] == "files":
+        files = {f for pattern in corpus["paths"] for f in glob.glob(pattern, recursive=True)}
+        return sum(Path(f).stat().st_size for f in files)
+    if corpus["max_documents"] is None:
+        return None
+    return corpus["max_documents"] * HUB_BYTES_PER_DOCUMENT
+
+
+def tokenize_minutes(corpus: dict, execution: dict, attempt: int) -> int:
+    size = corpus_bytes(corpus)
+    if size is None:
+        return attempt * HUB_UNBOUNDED_MINUTES
+    return job_minutes(size / TOKENIZE_BYTES_PER_SECOND, execution, attempt)
+
+
+def chunk_minutes(tokens: float | None, execution: dict, attempt: int) -> int:
+    if tokens is None:
+        return attempt * HUB_UNBOUNDED_MINUTES
+    return job_minutes(tokens / CHUNK_TOKENS_PER_SECOND, execution, attempt)
+
+
+# --------------------------------------------------------------------------------------------
+# The table
+
+COLUMNS = [
+    "run_id", "updates", "tokens", "micro_batch", "peak_gb", "limit_gb", "gpu_hours",
+    "walltime_min", "checkpoints", "checkpoint_gb",
+]  # fmt: skip
+
+
+def cost_table(study):
+    """One row per run of a prepared study (``ihsweep.config.Study.cost``), as a DataFrame."""
+    import pandas as pd
+
+    return pd.DataFrame([study.cost(run) for run in study.runs], columns=COLUMNS)
+
+
+def format_cost(table, profile: dict) -> str:
+    shown = table.assign(
+        tokens=[f"{t / 1e6:,.1f}M" for t in table.tokens],
+        peak_gb=[
+            f"{peak:.1f}/{limit:.0f}"
+            for peak, limit in zip(table.peak_gb, table.limit_gb, strict=True)
+        ],
+        gpu_hours=[f"{h:.2f}" for h in table.gpu_hours],
+        checkpoint_gb=[f"{g:.2f}" for g in table.checkpoint_gb],
+    ).drop(columns="limit_gb")
+    totals = (
+        f"{len(table)} runs: {table.updates.sum():,} updates, {table.tokens.sum() / 1e9:.2f}B "
+        f"tokens, {table.gpu_hours.sum():.1f} device-hours estimated, "
+        f"{table.walltime_min.sum() / 60:.1f} hours of walltime asked for, "
+        f"{table.checkpoint_gb.sum():.1f} GB of checkpoints"
+    )
+    device = f"device profile {profile['name']}: {profile['source']}"
+    return f"{shown.to_string(index=False)}\n{totals}\n{device}"
+
+
+def main(argv=None) -> int:
+    from ihsweep.config import ConfigError, load_configfiles, prepare
+
+    parser = argparse.ArgumentParser(prog="python -m ihsweep.cost", description=__doc__)
+    parser.add_argument("--configfile", nargs="+", default=[Path("config.yaml")], type=Path)
+    parser.add_argument("--csv", type=Path, help="also write the table as CSV")
+    args = parser.parse_args(argv)
+    try:
+        study = prepare(load_configfiles(args.configfile))
+    except ConfigError as err:
+        sys.exit(f"config error: {err}")
+    table = cost_table(study)
+    print(format_cost(table, study.profile))
+    if args.csv:
+        table.to_csv(args.csv, index=False)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
