@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -250,3 +251,10 @@ def test_snakemake_dry_run_prints_the_cost_table(tmp_path):
     output = proc.stdout + proc.stderr
     assert "Estimated cost (python -m ihsweep.cost)" in output
     assert "cc100/gpt2-2L/B256-C1024-s0" in output and "30 runs:" in output
+    # The dataset jobs ask for a runtime from the corpus size, not the profile's 60 minutes.
+    study = prepare(yaml.safe_load((REPO / "workflow/studies/paper.yaml").read_text()), SCHEMA)
+    minutes = study.tokenize_minutes("cc100")  # 20M documents ~ 20 GB at 2 MB/s: 4.4 hours
+    assert minutes > 4 * 60
+    assert re.search(rf"rule tokenize:\n(.*\n)*?.*resources: .*runtime={minutes}\b", output)
+    chunk = study.chunk_minutes("cc100", 1024)
+    assert re.search(rf"rule chunk:\n(.*\n)*?.*resources: .*runtime={chunk}, mem_mb=4000", output)

@@ -20,7 +20,7 @@ CONFIG = {
     "training": {"tokens": 3000000, "lr": 0.006, "log_every": 50},
     "emergence": {"metric": "ps_max", "method": "sigmoid", "min_rise": 0.05},
     "execution": {"device": "auto", "threads": 1, "progress_seconds": 15, "gpu": 1,
-                  "train_mem_mb": 16000, "tokens_per_second": 200000},
+                  "train_mem_mb": 16000, "micro_batch": "auto"},
 }  # fmt: skip
 EXECUTION_EDITS = {
     "device": "cuda:1",
@@ -30,7 +30,8 @@ EXECUTION_EDITS = {
     "gpu_model": "a100",
     "train_mem_mb": 64000,
     "probe_mem_mb": 32000,
-    "tokens_per_second": {"w64": 1e6},
+    "micro_batch": 2,
+    "device_profile": "h100",
     "overhead_minutes": 3,
     "safety": 2.0,
     "probe_minutes": 90,
