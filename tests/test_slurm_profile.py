@@ -10,7 +10,9 @@ import sys
 import time
 
 import pytest
+import yaml
 from conftest import REPO, job_stats
+from ihsweep.config import Run, prepare
 
 pytestmark = pytest.mark.slow
 
@@ -45,10 +47,21 @@ def resources_of(out: str, rule: str) -> list[str]:
 
 def test_training_jobs_ask_for_a_gpu_memory_and_the_estimated_runtime(paper_dry_run):
     for line in resources_of(paper_dry_run, "train"):
-        assert "gpu=1" in line and "mem_mb=32000" in line
+        assert "gpu=1" in line and "mem_mb=32000" in line and "micro_batch=auto" in line
         assert "slurm_extra=--signal=USR1@300" in line
-        # 1e9 tokens at 300k tokens/s: 55.6 min * 1.5 + 15 = 98.3 -> 99 minutes, attempt 1.
-        assert "runtime=99" in line
         assert "slurm_partition=gpu" in line  # the profile's default, marked for editing
+    # Each run asks for the cost model's walltime (ihsweep.cost), which differs across cells:
+    # the small-B, small-C ones make more updates, each with its fixed overhead.
+    study = prepare(yaml.safe_load((REPO / "workflow/studies/paper.yaml").read_text()))
+    jobs = re.findall(
+        r"^rule train:\n(?:    .*\n)*?    wildcards: data=(\S+), model=(\S+), batch=(\d+),"
+        r" ctx=(\d+), seed=(\d+)\n(?:    .*\n)*?    resources: .*runtime=(\d+)",
+        paper_dry_run,
+        re.MULTILINE,
+    )
+    assert len(jobs) == 30
+    asked = {Run(d, m, int(b), int(c), int(s)): int(minutes) for d, m, b, c, s, minutes in jobs}
+    assert asked == {run: study.train_minutes(run) for run in study.runs}
+    assert asked[Run("cc100", "gpt2-2L", 8, 64, 0)] > asked[Run("cc100", "gpt2-2L", 256, 1024, 0)]
     for line in resources_of(paper_dry_run, "probe"):
         assert "gpu=1" in line and "runtime=30" in line

@@ -59,11 +59,13 @@ MEMORY_MARGIN = 0.85  # auto picks a micro-batch whose estimate is within this s
 GPU_ASSUMED = "vendor peak; mfu and step overhead assumed, not measured: run bench/train_speed.py"
 DEVICE_PROFILES = {
     "cpu": {
+        # One thread: fp32 matmul peak ~160 GFLOP/s; the default-study model trains at 15-23k
+        # tokens/s, ~1 MFLOP a token (bench/train_speed.py --device cpu; shared notes).
         "peak_tflops": 0.16,
-        "mfu": 0.25,
-        "step_overhead_ms": 3.0,
+        "mfu": 0.14,
+        "step_overhead_ms": 0.5,
         "memory_gb": None,
-        "source": "one thread of the 2-core development machine, bench/train_speed.py (README)",
+        "source": "one thread of the 2-core development machine, measured (README)",
     },
     "a10": {"peak_tflops": 125, "mfu": 0.3, "step_overhead_ms": 3.0, "memory_gb": 24},
     "l40s": {"peak_tflops": 362, "mfu": 0.3, "step_overhead_ms": 3.0, "memory_gb": 48},
