@@ -280,7 +280,11 @@ DIRECT_CASES = [
     (
         "bad-micro_batch",
         "execution: {micro_batch: half}",
-        ["execution.micro_batch", "half"],
+        [
+            "execution.micro_batch",
+            "'half' is not allowed",
+            "A number of sequences (at least 1) or auto",
+        ],
     ),
     (
         "bad-device_profile",

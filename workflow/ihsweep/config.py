@@ -576,6 +576,9 @@ def _describe(error: ValidationError) -> str:
         return f"{where}: must not be empty"
     if kind == "pattern":
         return _describe_pattern(where, error)
+    if kind == "anyOf":  # e.g. a number or `auto`: the key's description says which in words
+        description = " ".join(error.schema.get("description", "").split())
+        return f"{where}: {_short(value)} is not allowed. {description}"
     return f"{where}: {' '.join(error.message.split())}"
 
 
