@@ -35,6 +35,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
 from ihsweep import cost  # noqa: E402
+from ihsweep.steps._args import micro_batch_arg  # noqa: E402
 from ihsweep.training.loop import pick_device, resolve_micro_batch, train_step  # noqa: E402
 from ihsweep.training.model import GPT, GPTConfig  # noqa: E402
 
@@ -153,15 +154,14 @@ def main(argv=None) -> int:
     p.add_argument("--vocab", type=int, default=50257)
     p.add_argument("--steps", type=int, default=20, help="timed steps per cell")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per cell first")
-    p.add_argument("--micro-batch", default="auto", help="a number, or auto (as in execution)")
+    p.add_argument("--micro-batch", default="auto", type=micro_batch_arg,
+                   help="a number, or auto (as in execution)")  # fmt: skip
     p.add_argument("--memory-mb", type=int, default=16000, help="a CPU job's memory for auto")
     p.add_argument("--quick", action="store_true", help="1 warm-up step: a smoke test")
     p.add_argument("--out", type=Path, help="write the profile and the cells as JSON")
     args = p.parse_args(argv)
     if args.quick:
         args.warmup = 1
-    if args.micro_batch != "auto":
-        args.micro_batch = int(args.micro_batch)
     device = pick_device(args.device)
     if device.type == "cpu":
         torch.set_num_threads(args.threads)

@@ -20,7 +20,7 @@ import sys
 import numpy as np
 import pytest
 import yaml
-from conftest import REPO, SCHEMA
+from conftest import REPO, SCHEMA, write_chunks
 from ihsweep import cost
 from ihsweep.config import GPT2_VOCAB_SIZE, ConfigError, prepare
 from ihsweep.training.model import GPT, GPTConfig
@@ -167,15 +167,12 @@ def test_analog_cell_trains_under_its_memory_limit_with_auto_micro_batches(tmp_p
     assert full_logits > LIMIT_MB * cost.MB / 2  # and ~4x that is what an unsplit loss keeps
     assert study.peak_memory(run, ANALOG_B)["total"] > LIMIT_MB * cost.MB
 
-    data = tmp_path / "data"
-    data.mkdir()
     rng = np.random.default_rng(0)
-    for split, n in (("train", 4 * ANALOG_B), ("val", ANALOG_B)):
-        rng.integers(0, GPT2_VOCAB_SIZE, (n, ANALOG_C)).astype("<u2").tofile(data / f"{split}.bin")
-    meta = {"context": ANALOG_C, "vocab_size": GPT2_VOCAB_SIZE, "dtype": "uint16",
-            "n_train": 4 * ANALOG_B, "n_val": ANALOG_B,
-            "files": {s: {"chunks": f"{s}.bin"} for s in ("train", "val")}}  # fmt: skip
-    (data / "chunks.json").write_text(json.dumps(meta))
+    splits = {
+        split: rng.integers(0, GPT2_VOCAB_SIZE, (n, ANALOG_C))
+        for split, n in (("train", 4 * ANALOG_B), ("val", ANALOG_B))
+    }
+    data = write_chunks(tmp_path / "data", splits, GPT2_VOCAB_SIZE)
     command = [
         sys.executable, "-m", "ihsweep.steps.train", "--spec", json.dumps(study.train_spec(run)),
         "--data-dir", str(data), "--run-dir", str(tmp_path / "run"), "--device", "cpu",

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, SCHEMA
+from conftest import REPO, SCHEMA, write_chunks
 from ihsweep import cost
 from ihsweep.analysis.emergence import run_point
 from ihsweep.config import complete, prepare
@@ -80,23 +80,13 @@ TIMEOUT = 300  # seconds any one training subprocess may take on a loaded machin
 def make_dataset(root: Path, n_train: int = 96, n_val: int = 8, seed: int = 0) -> Path:
     """A chunked dataset in ihsweep.data.chunks' format: random tokens with a copied segment."""
     rng = np.random.default_rng(seed)
-    root.mkdir(parents=True, exist_ok=True)
     seg = C // 4
-    counts = {"train": n_train, "val": n_val}
-    for split, n in counts.items():
-        x = rng.integers(0, V, size=(n, C)).astype("<u2")
+    splits = {}
+    for split, n in {"train": n_train, "val": n_val}.items():
+        x = rng.integers(0, V, size=(n, C))
         x[:, C - seg :] = x[:, 2 : 2 + seg]  # an induction-friendly repeat in every chunk
-        x.tofile(root / f"{split}.bin")
-    meta = {
-        "context": C,
-        "vocab_size": V,
-        "dtype": "uint16",
-        "n_train": n_train,
-        "n_val": n_val,
-        "files": {split: {"chunks": f"{split}.bin"} for split in counts},
-    }
-    (root / "chunks.json").write_text(json.dumps(meta))
-    return root
+        splits[split] = x
+    return write_chunks(root, splits, V)
 
 
 def toy_config(batch: int, checkpoint_tokens: list[int], mlp: bool, seed: int = 0, **training):
@@ -382,19 +372,15 @@ def make_periodic_dataset(root: Path, n_train: int = 4000, n_val: int = 64) -> P
     """Random tokens that repeat with a random period of C/4..C/2: associative recall rises
     within ~1.5M tokens on the toy model (an emergence point the sigmoid rule finds)."""
     rng = np.random.default_rng(0)
-    root.mkdir(parents=True)
+    splits = {}
     for split, n in (("train", n_train), ("val", n_val)):
         x = rng.integers(0, V, size=(n, C))
         period = rng.integers(C // 4, C // 2 + 1, size=n)
         for row, p in zip(x, period, strict=True):
             for t in range(p, C):
                 row[t] = row[t - p]
-        x.astype("<u2").tofile(root / f"{split}.bin")
-    files = {split: {"chunks": f"{split}.bin"} for split in ("train", "val")}
-    meta = {"context": C, "vocab_size": V, "dtype": "uint16", "n_train": n_train,
-            "n_val": n_val, "files": files}  # fmt: skip
-    (root / "chunks.json").write_text(json.dumps(meta))
-    return root
+        splits[split] = x
+    return write_chunks(root, splits, V)
 
 
 @pytest.mark.slow

@@ -20,12 +20,14 @@ into update counts per run here, so that every consumer agrees on which steps ar
 
 from __future__ import annotations
 
+import argparse
 import copy
 import difflib
 import functools
 import glob
 import itertools
 import math
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -265,20 +267,23 @@ class Study:
     def model_of(self, run: Run) -> dict:
         return {k: self.config["models"][run.model][k] for k in MODEL_KEYS}
 
-    def micro_batch(self, run: Run) -> int | None:
-        """The micro-batch a run trains at on the study's device profile (``execution``): the
-        configured number (at most B), or for ``auto`` the largest that fits; None when even
-        one sequence does not fit."""
-        setting = self.config[EXECUTION]["micro_batch"]
-        if setting != "auto":
-            return min(setting, run.batch_size)
-        return cost.pick_micro_batch(
+    @property
+    def memory_limit(self) -> float:
+        """Bytes a training job may use on the study's device profile (``ihsweep.cost``)."""
+        return cost.memory_limit(self.profile, self.config[EXECUTION])
+
+    def micro_batch(self, run: Run, setting: int | str | None = None) -> int | None:
+        """The micro-batch a run trains at on the study's device profile: ``setting`` (by
+        default ``execution.micro_batch``) resolved by ``cost.choose_micro_batch``; None when
+        even one sequence does not fit."""
+        return cost.choose_micro_batch(
+            self.config[EXECUTION]["micro_batch"] if setting is None else setting,
             self.model_of(run),
             self.vocab_size_of(run.data),
             run.batch_size,
             run.context_size,
             cost.profile_device_type(self.profile),
-            cost.memory_limit(self.profile, self.config[EXECUTION]),
+            self.memory_limit,
         )
 
     def peak_memory(self, run: Run, micro_batch: int) -> dict[str, float]:
@@ -310,15 +315,16 @@ class Study:
         n_params = cost.parameter_count(self.model_of(run), self.vocab_size_of(run.data))
         n_checkpoints = len(self.checkpoint_steps(run))
         updates = self.total_steps(run)
+        seconds = self.train_seconds(run)
         return {
             "run_id": run.id,
             "updates": updates,
             "tokens": updates * run.tokens_per_step,
             "micro_batch": micro_batch,
             "peak_gb": self.peak_memory(run, micro_batch)["total"] / cost.GB,
-            "limit_gb": cost.memory_limit(self.profile, self.config[EXECUTION]) / cost.GB,
-            "gpu_hours": self.train_seconds(run) / 3600,
-            "walltime_min": self.train_minutes(run),
+            "limit_gb": self.memory_limit / cost.GB,
+            "gpu_hours": seconds / 3600,
+            "walltime_min": cost.job_minutes(seconds, self.config[EXECUTION], attempt=1),
             "checkpoints": n_checkpoints,
             # fp32 weights per checkpoint, and the resume state (weights and AdamW's moments)
             "checkpoint_gb": (n_checkpoints * 4 + 12) * n_params / cost.GB,
@@ -405,6 +411,20 @@ def load_configfiles(paths: list[Path]) -> dict:
     for path in paths:
         update_config(config, yaml.safe_load(Path(path).read_text()))
     return config
+
+
+def add_configfile(parser: argparse.ArgumentParser) -> None:
+    """The ``--configfile`` flag of the command-line tools (status, cost), as Snakemake's."""
+    parser.add_argument("--configfile", nargs="+", default=[Path("config.yaml")], type=Path)
+
+
+def study_of_files(paths: list[Path]) -> Study:
+    """The prepared study of a tool's ``--configfile`` files; a bad config exits with its
+    one-line message, as the Snakefile does."""
+    try:
+        return prepare(load_configfiles(paths))
+    except ConfigError as err:
+        sys.exit(f"config error: {err}")
 
 
 def study_definition(config: dict) -> dict:
@@ -851,8 +871,7 @@ def _check_probe_fits(config: dict, dataset: dict, run: Run, index: int) -> None
 
 def _check_memory(study: Study, index: int, run: Run) -> None:
     """A run must fit its device's memory at its micro-batch (``ihsweep.cost.peak_memory``)."""
-    execution = study.config[EXECUTION]
-    limit = cost.memory_limit(study.profile, execution)
+    limit = study.memory_limit
     where = (
         f"device profile {study.profile['name']}"
         if study.profile["memory_gb"] is not None
@@ -869,10 +888,7 @@ def _check_memory(study: Study, index: int, run: Run) -> None:
         )
     need = study.peak_memory(run, micro_batch)["total"]
     if need > cost.MEMORY_MARGIN * limit:
-        fitting = cost.pick_micro_batch(
-            study.model_of(run), study.vocab_size_of(run.data), run.batch_size,
-            run.context_size, cost.profile_device_type(study.profile), limit,
-        )  # fmt: skip
+        fitting = study.micro_batch(run, "auto")
         raise ConfigError(
             f"execution.micro_batch: run {run.id} (runs[{index}]) needs ~{need / cost.GB:.1f} GB "
             f"at micro-batch {micro_batch}, more than {cost.MEMORY_MARGIN:.0%} of "

@@ -32,9 +32,9 @@ against measured peaks.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import math
-import sys
 from pathlib import Path
 
 GB = 1e9
@@ -155,6 +155,17 @@ def pick_micro_batch(
     return lo
 
 
+def choose_micro_batch(
+    setting: int | str, model: dict, vocab_size: int, batch_size: int, context: int,
+    device_type: str, limit: float,
+) -> int | None:  # fmt: skip
+    """``execution.micro_batch`` resolved: a number means at most B; ``auto``, the largest that
+    fits ``limit`` (``pick_micro_batch``; None when not even one sequence does)."""
+    if setting != "auto":
+        return min(int(setting), batch_size)
+    return pick_micro_batch(model, vocab_size, batch_size, context, device_type, limit)
+
+
 def micro_batch_sizes(batch_size: int, micro_batch: int) -> list[int]:
     """Sizes of the parts a batch of B runs as: ceil(B / m) parts, differing by at most one."""
     parts = math.ceil(batch_size / micro_batch)
@@ -222,8 +233,6 @@ def job_minutes(seconds: float, execution: dict, attempt: int) -> int:
 def corpus_bytes(corpus: dict) -> float | None:
     """Size of a natural corpus's text before it is read; None when unknown (a whole hub
     dataset)."""
-    import glob
-
     if corpus["source"] == "kjv":
         return KJV_BYTES
     if corpus["source"] == "files":
@@ -284,16 +293,13 @@ def format_cost(table, profile: dict) -> str:
 
 
 def main(argv=None) -> int:
-    from ihsweep.config import ConfigError, load_configfiles, prepare
+    from ihsweep.config import add_configfile, study_of_files
 
     parser = argparse.ArgumentParser(prog="python -m ihsweep.cost", description=__doc__)
-    parser.add_argument("--configfile", nargs="+", default=[Path("config.yaml")], type=Path)
+    add_configfile(parser)
     parser.add_argument("--csv", type=Path, help="also write the table as CSV")
     args = parser.parse_args(argv)
-    try:
-        study = prepare(load_configfiles(args.configfile))
-    except ConfigError as err:
-        sys.exit(f"config error: {err}")
+    study = study_of_files(args.configfile)
     table = cost_table(study)
     print(format_cost(table, study.profile))
     if args.csv:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -35,7 +34,7 @@ import pandas as pd
 
 from ihsweep import layout
 from ihsweep.analysis.lawfit import predict_updates
-from ihsweep.config import ConfigError, Run, Study, load_configfiles, prepare
+from ihsweep.config import Run, Study, add_configfile, study_of_files
 from ihsweep.training.checkpoints import list_checkpoints
 from ihsweep.training.loop import read_progress
 
@@ -128,14 +127,11 @@ def format_table(table: pd.DataFrame) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ihsweep.status", description=__doc__)
-    parser.add_argument("--configfile", nargs="+", default=[Path("config.yaml")], type=Path)
+    add_configfile(parser)
     parser.add_argument("--active-minutes", type=float, default=5.0)
     parser.add_argument("--csv", type=Path, help="also write the table as CSV")
     args = parser.parse_args(argv)
-    try:
-        study = prepare(load_configfiles(args.configfile))
-    except ConfigError as err:
-        sys.exit(f"config error: {err}")
+    study = study_of_files(args.configfile)
     table = status_table(study, Path("."), args.active_minutes)
     print(format_table(table))
     if args.csv:

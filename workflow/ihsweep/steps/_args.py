@@ -43,6 +43,9 @@ def execution(args: argparse.Namespace) -> dict:
         for flag, key in flags.items()
         if getattr(args, flag, None) is not None
     }
-    if str(given.get("micro_batch", "auto")).isdigit():
-        given["micro_batch"] = int(given["micro_batch"])
     return complete("execution", given)
+
+
+def micro_batch_arg(value: str) -> int | str:
+    """``--micro-batch``: a number of sequences, or auto (``execution.micro_batch``)."""
+    return value if value == "auto" else int(value)

@@ -25,7 +25,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--progress-seconds", type=int, help="seconds between progress lines (0: every update)"
     )
-    p.add_argument("--micro-batch", help="sequences per forward/backward pass: a number, or auto")
+    p.add_argument(
+        "--micro-batch",
+        type=_args.micro_batch_arg,
+        help="sequences per forward/backward pass: a number, or auto",
+    )
     p.add_argument(
         "--memory-mb", type=int, help="the job's host memory (micro-batch auto on the CPU)"
     )

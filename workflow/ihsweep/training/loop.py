@@ -267,14 +267,14 @@ def resolve_micro_batch(
     """The micro-batch of ``execution.micro_batch`` on the device this job got: a number (at
     most B), or for ``auto`` the largest the memory estimate fits (``ihsweep.cost``) into the
     GPU's memory, or on the CPU into the job's ``memory_mb``."""
-    if setting != "auto":
-        return min(int(setting), batch_size)
     if device.type == "cuda":
         limit = torch.cuda.get_device_properties(device).total_memory
     else:
         limit = memory_mb * cost.MB
     model = cfg.to_dict()
-    picked = cost.pick_micro_batch(model, cfg.vocab_size, batch_size, context, device.type, limit)
+    picked = cost.choose_micro_batch(
+        setting, model, cfg.vocab_size, batch_size, context, device.type, limit
+    )
     if picked is None:
         need = cost.peak_memory(model, cfg.vocab_size, 1, context, device.type)["total"]
         raise MemoryError(
