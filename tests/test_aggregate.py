@@ -2,6 +2,7 @@
 
 import json
 import math
+import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -148,3 +149,165 @@ def test_a_bad_spec_is_refused(tmp_path):
     with pytest.raises(ValueError, match="method"):
         run_cli(tables, tmp_path / "bad", "--emergence", '{"method": "threshold"}')
     assert not (tmp_path / "bad" / "emergence.csv").exists()
+
+
+# --- runs that ended early: stopped once emergence was confirmed, or diverged -------------
+
+STOPPED, DIVERGED, DIVERGED_AT_START = "toy_B8_C32_s0", "toy_B16_C64_s0", "toy_B32_C64_s0"
+DETAIL = "train loss nan at step 2500 (lr 0.006)"  # 2500 x 16 x 64 = 2.56M tokens
+EARLY_DETAIL = "train loss inf at step 3 (lr 0.006)"  # 3 x 32 x 64 = 6144 tokens
+
+
+def ended_model_table(with_outcomes=True):
+    """The synthetic runs as probe tables record their endings: B8 C32 stopped early at 3M
+    tokens (it emerged near 0.55M), B16 C64 diverged at 2.56M (after its checkpoint at 2.5M),
+    and the flat B32 C64 run diverged before its first checkpoint: a single row at 0 tokens
+    with NaN metrics. ``with_outcomes=False``: the same rows without the run-record columns."""
+    table = synthetic_model_table()
+    table = table[~((table["run_id"] == STOPPED) & (table["tokens"] > 3_000_000))]
+    table = table[~((table["run_id"] == DIVERGED) & (table["tokens"] > 2_500_000))]
+    start = table[table["run_id"] == DIVERGED_AT_START].iloc[:1].copy()
+    start[["step", "tokens"]] = 0
+    metrics = ["ar_acc", "ar_rank", "ps_max", "la_max", "ps_la_corr", "val_loss", "train_loss"]
+    start[metrics] = math.nan
+    table = pd.concat([table[table["run_id"] != DIVERGED_AT_START], start], ignore_index=True)
+    if not with_outcomes:
+        return table
+    outcome = table["run_id"].map({STOPPED: "stopped_early", DIVERGED: "diverged"})
+    outcome[table["run_id"] == DIVERGED_AT_START] = "diverged"
+    detail = outcome.map({"stopped_early": "emergence confirmed", "diverged": DETAIL})
+    detail[table["run_id"] == DIVERGED_AT_START] = EARLY_DETAIL
+    return table.assign(
+        budget=6_000_000,
+        outcome=outcome.fillna("completed"),
+        outcome_detail=detail.fillna(""),
+        predicted_tokens=math.nan,
+    )
+
+
+class Captured:
+    """Stands in for save_figure: keeps each figure's text instead of writing files."""
+
+    def __init__(self):
+        self.texts = []
+
+    def __call__(self, fig, out_stem):
+        parts = [fig._suptitle.get_text() if fig._suptitle else ""]
+        for ax in fig.axes:
+            parts += [ax.get_title(), *(t.get_text() for t in ax.texts)]
+            legend = ax.get_legend()
+            parts += [t.get_text() for t in legend.get_texts()] if legend else []
+        parts += [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+        self.texts.append("\n".join(parts))
+        return []
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    from ihsweep.figures import natural, style
+
+    capture = Captured()
+    monkeypatch.setattr(natural, "save_figure", capture)
+    monkeypatch.setattr(style, "save_figure", capture)
+    return capture
+
+
+def ended_emergence(table):
+    from ihsweep.analysis.emergence import emergence_table
+
+    return emergence_table(table, EMERGENCE)
+
+
+def test_aggregate_lists_diverged_runs_and_fits_without_them(tmp_path):
+    tables = []
+    for i, (_, run) in enumerate(ended_model_table().groupby("run_id")):
+        tables.append(tmp_path / f"run{i}.parquet")
+        run.to_parquet(tables[-1], index=False)
+    specs = ["--emergence", json.dumps(EMERGENCE), "--lawfit", json.dumps(LAWFIT)]
+    run_cli(tables, tmp_path / "out", *specs)
+    emergence = pd.read_csv(tmp_path / "out/emergence.csv").set_index("run_id")
+    assert not emergence.loc[[DIVERGED, DIVERGED_AT_START], "emerged"].any()
+    assert emergence.loc[STOPPED, "emerged"]
+    fit = json.loads((tmp_path / "out/lawfit.json").read_text())
+    assert fit["ok"] and fit["n_runs"] == 4 and fit["n_diverged"] == 2
+    assert fit["diverged_run_ids"] == [DIVERGED, DIVERGED_AT_START]
+    page = (tmp_path / "out/emergence.html").read_text()
+    assert page.count('<tr class="diverged">') == 2 and "stopped early" in page
+    for name in FIGURES:
+        assert (tmp_path / "out/figures" / f"{name}.png").stat().st_size > 1000
+
+
+def test_run_curves_say_where_runs_stopped_or_diverged(captured):
+    from ihsweep.figures.natural import plot_run_curves
+
+    table = ended_model_table()
+    plot_run_curves(table, ended_emergence(table), "unused")
+    text = captured.texts[0]
+    assert "tiny  B=8  C=32\nstopped early at 3M" in text
+    assert "tiny  B=16  C=64\ndiverged at 2.6M" in text  # the step, not the last checkpoint
+    assert "tiny  B=32  C=64\ndiverged at 6.1k" in text  # before its first checkpoint
+    for detail in (DETAIL, EARLY_DETAIL):  # in the panel, instead of "no transition"
+        assert "diverged\n" + textwrap.fill(detail, 34) in text
+    assert "no transition" not in text  # the flat run diverged: no run lacks a transition
+    assert text.splitlines()[-2:] == ["stopped early", "diverged"]  # in the legend
+
+
+def test_law_fit_and_summaries_count_the_diverged_runs(captured):
+    from ihsweep.analysis.lawfit import fit_law
+    from ihsweep.figures.natural import plot_emergence_vs_BC, plot_law_fit
+
+    emergence = ended_emergence(ended_model_table())
+    fit = fit_law(emergence, n_boot=50, seed=0)
+    plot_law_fit(emergence, fit, "unused")
+    plot_emergence_vs_BC(emergence, "unused")
+    assert "left out: 0 not emerged, 2 diverged" in captured.texts[0]
+    assert "4 of 6 runs emerged (2 diverged)" in captured.texts[0]
+    assert "4 of 6 runs emerged (2 diverged)" in captured.texts[1]
+    # A fit written before it counted diverged runs: counted on the table instead.
+    old = {k: v for k, v in fit.items() if k not in ("n_diverged", "n_not_emerged")}
+    plot_law_fit(emergence, old, "unused")
+    assert "left out: 0 not emerged, 2 diverged" in captured.texts[2]
+    three = emergence.head(3)  # B16 C32, B16 C64 (diverged), B32 C32: too few to fit
+    plot_law_fit(three, fit_law(three, n_boot=10, seed=0), "unused")
+    assert "law not fitted" in captured.texts[3]
+    assert "left out: 0 not emerged, 1 diverged" in captured.texts[3]
+
+
+def test_run_figure_of_runs_that_ended_early(captured, tmp_path):
+    from ihsweep.analysis.emergence import run_point
+    from ihsweep.figures.run import plot_run
+
+    table = ended_model_table()
+    table.loc[table["run_id"] == STOPPED, "predicted_tokens"] = 500_000.0
+    for run_id in (STOPPED, DIVERGED, DIVERGED_AT_START):
+        model = table[table["run_id"] == run_id]
+        heads = pd.DataFrame(
+            {"tokens": model["tokens"], "layer": 0, "head": 0, "ps": model["ps_max"]}
+        )
+        if run_id == DIVERGED_AT_START:
+            heads = heads.iloc[0:0]  # nothing probed
+        plot_run(model, heads, run_point(model, EMERGENCE), "ps_max", tmp_path / "run")
+    stopped, diverged, at_start = captured.texts
+    assert "emerged at" in stopped and "stopped early at 3M tokens (budget 6M)" in stopped
+    assert "law's prediction" in stopped
+    assert f"{DIVERGED}: diverged at 2.6M tokens: {DETAIL}" in diverged
+    assert "emerged at" not in diverged  # a diverged run has no emergence point
+    assert f"{DIVERGED_AT_START}: diverged at 6.1k tokens: {EARLY_DETAIL}" in at_start
+    assert "no checkpoint before it diverged" in at_start and "no checkpoint probed" in at_start
+
+
+def test_old_tables_and_a_lone_nan_row_do_not_crash(captured, tmp_path):
+    from ihsweep.analysis.emergence import run_point
+    from ihsweep.figures.natural import plot_law_fit, plot_model_size, plot_run_curves
+    from ihsweep.figures.run import plot_run
+
+    table = ended_model_table(with_outcomes=False)  # no outcome, budget or prediction columns
+    emergence = ended_emergence(table)
+    plot_run_curves(table, emergence, "unused")
+    plot_law_fit(emergence, {"ok": False, "reason": "test"}, "unused")
+    plot_model_size(emergence, {}, "unused")
+    lone = table[table["run_id"] == DIVERGED_AT_START]
+    plot_run(lone, lone.assign(layer=0, head=0, ps=math.nan), run_point(lone, EMERGENCE),
+             "ps_max", tmp_path / "run")  # fmt: skip
+    assert "no transition within the budget" in captured.texts[-1]
+    assert "diverged" not in captured.texts[0]  # nothing says so in an old table

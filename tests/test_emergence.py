@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from ihsweep.analysis.emergence import (
     TABLE_COLUMNS,
+    confirmed_emergence,
     detect,
     emergence_table,
     run_point,
@@ -244,3 +245,92 @@ def test_emergence_table_rejects_a_missing_metric():
     table = pd.DataFrame([model_table_row("r", 8, 32, 62_500, 0.1)]).drop(columns="la_max")
     with pytest.raises(ValueError, match="la_max"):
         emergence_table(table, {**SPEC, "metric": "la_max"})
+
+
+# --------------------------------------------------------------------------------------------
+# How runs ended: outcome, budget and prediction columns; the early-stopping rule
+
+
+def with_record(rows, outcome="completed", detail="", budget=6_000_000, predicted=math.nan):
+    return [
+        {**row, "outcome": outcome, "outcome_detail": detail, "budget": budget,
+         "predicted_tokens": predicted}
+        for row in rows
+    ]  # fmt: skip
+
+
+def curve_rows(run_id, y, tokens=TOKENS):
+    return [
+        model_table_row(run_id, 8, 32, int(t), float(v)) for t, v in zip(tokens, y, strict=True)
+    ]
+
+
+def test_emergence_table_states_outcome_tokens_trained_and_the_prediction():
+    y = noisy(logistic(6.0))
+    spec = {**SPEC, "method": "sigmoid"}
+    inside = with_record(curve_rows("inside", y), predicted=1e6)
+    outside = with_record(curve_rows("outside", y), predicted=1e5)
+    none = with_record(curve_rows("none", y))
+    short = with_record(curve_rows("short", y[:-5], TOKENS[:-5]), "stopped_early", "confirmed")
+    # Diverged at the 10th checkpoint: the earlier checkpoints are probed, but never fitted.
+    diverged = with_record(curve_rows("diverged", y[:10], TOKENS[:10]), "diverged", "loss nan")
+    never = with_record([{**model_table_row("never", 8, 32, 0, 0.0), "ps_max": math.nan}],
+                        "diverged", "train loss nan at step 3")  # fmt: skip
+    table = emergence_table(pd.DataFrame(inside + outside + none + short + diverged + never), spec)
+    table = table.set_index("run_id")
+    assert list(table.columns) == TABLE_COLUMNS[1:]
+    assert table.loc["inside", "emerged"] and table.loc["inside", "predicted_within"]
+    assert not table.loc["outside", "predicted_within"]
+    assert pd.isna(table.loc["none", "predicted_within"])
+    assert table.loc["short", "outcome"] == "stopped_early"
+    assert table.loc["short", "tokens_trained"] == TOKENS[-6] < table.loc["short", "budget"]
+    assert table.loc["inside", "tokens_trained"] == TOKENS[-1]
+    for run_id, detail in (("diverged", "loss nan"), ("never", "train loss nan at step 3")):
+        row = table.loc[run_id]
+        assert row["outcome"] == "diverged" and not row["emerged"]
+        assert row["reason"] == f"diverged: {detail}" and math.isnan(row["tokens_pt"])
+    assert table.loc["never", "tokens_trained"] == 0
+
+
+def test_emergence_table_of_old_probe_tables_counts_runs_as_completed():
+    table = emergence_table(pd.DataFrame(curve_rows("r", noisy(logistic(6.0)))), SPEC)
+    assert table.loc[0, "outcome"] == "completed" and table.loc[0, "outcome_detail"] == ""
+    assert math.isnan(table.loc[0, "budget"]) and pd.isna(table.loc[0, "predicted_within"])
+
+
+@pytest.mark.parametrize("method", ["breakpoint", "sigmoid"])
+def test_early_stop_waits_for_a_confirmed_point_and_the_margin(method):
+    """Fed the checkpoints one at a time, the rule stops once the point holds at two
+    checkpoints and the margin past its interval is trained, never before; the point found on
+    the stopped series lies within the full series' interval."""
+    curve = logistic(5.6) if method == "sigmoid" else ramp(5.5, 0.3)
+    table = pd.DataFrame(curve_rows("r", noisy(curve, 4)))
+    spec = {**SPEC, "method": method}
+    margin = 0.3
+    decisions = [confirmed_emergence(table.iloc[:n], spec, margin) for n in range(1, len(X) + 1)]
+    stop = next(n for n, reason in enumerate(decisions, start=1) if reason)
+    stopped, full = run_point(table.iloc[:stop], spec), run_point(table, spec)
+    before = run_point(table.iloc[: stop - 1], spec)
+    assert stopped["emerged"] and before["emerged"]
+    upper = max(stopped["tokens_hi"], before["tokens_hi"])
+    assert X[stop - 1] >= math.log10(upper) + margin
+    # The checkpoint before the stop was not past the margin, or the point did not hold yet.
+    assert decisions[stop - 2] is None
+    assert full["tokens_lo"] <= stopped["tokens_pt"] <= full["tokens_hi"]
+    assert stop < len(X)  # it did stop before the budget
+    assert "emergence confirmed" in decisions[stop - 1]
+
+
+def test_early_stop_never_fires_without_a_transition_and_waits_for_a_larger_margin():
+    flat = pd.DataFrame(curve_rows("r", noisy(np.full(len(X), 0.05), 5)))
+    assert all(confirmed_emergence(flat.iloc[:n], SPEC, 0.0) is None for n in range(1, len(X) + 1))
+    rising = pd.DataFrame(curve_rows("r", noisy(ramp(5.9, 0.3), 6)))
+
+    def first_stop(margin):
+        return next(
+            (n for n in range(1, len(X) + 1) if confirmed_emergence(rising.iloc[:n], SPEC, margin)),
+            None,
+        )
+
+    assert first_stop(0.0) < first_stop(0.5)
+    assert first_stop(3.0) is None  # the budget ends before 3 decades past the point

@@ -99,6 +99,25 @@ def test_cell_outcomes_majority_ties_and_medians():
     assert math.isnan(cells.loc[0.9, "tokens_pt"])
 
 
+def test_diverged_runs_are_no_vote_in_their_cell():
+    runs = pd.DataFrame(
+        {
+            "frequency": [0.1] * 3 + [0.5] * 2,
+            "reliability": [0.5] * 5,
+            "emerged": [True, False, False, False, False],
+            "tokens_pt": [1e6, np.nan, np.nan, np.nan, np.nan],
+            "updates_pt": [10.0, np.nan, np.nan, np.nan, np.nan],
+            "outcome": ["completed", "diverged", "stopped_early", "diverged", "diverged"],
+        }
+    )
+    cells = cell_outcomes(runs).set_index("frequency")
+    # 1 of the 2 runs that measured something: a tie (not emerged), with one diverged run aside.
+    assert cells.loc[0.1, ["n_runs", "n_emerged", "n_diverged"]].tolist() == [2, 1, 1]
+    assert not cells.loc[0.1, "emerged"] and cells.loc[0.1, "frac_emerged"] == 0.5
+    assert cells.loc[0.5, ["n_runs", "n_diverged"]].tolist() == [0, 2]
+    assert math.isnan(cells.loc[0.5, "frac_emerged"]) and not cells.loc[0.5, "emerged"]
+
+
 def test_cell_outcomes_names_missing_columns():
     with pytest.raises(ValueError, match="reliability"):
         cell_outcomes(pd.DataFrame({"frequency": [0.1], "emerged": [True]}))

@@ -174,3 +174,28 @@ def test_fit_table_has_a_row_per_quantity_with_its_interval(fit):
     assert rows.loc["n_runs", "estimate"] == 16 and rows.loc["r", "estimate"] == fit["r"]
     assert rows.loc[["c", "r", "n_runs"], ["ci_low", "ci_high"]].isna().all().all()
     assert rows.loc["c"].drop("quantity", errors="ignore").isna().all()  # single size: no c
+
+
+def test_diverged_runs_are_left_out_and_named():
+    table = law_table().assign(outcome="completed")
+    table.loc[[3, 10], "outcome"] = "diverged"
+    table.loc[3, ["emerged", "updates_pt"]] = [False, np.nan]  # as emergence_table writes it
+    table.loc[[5, 6], "outcome"] = "stopped_early"  # emerged: fitted like the others
+    table.loc[7, ["emerged", "updates_pt"]] = [False, np.nan]  # censored: not emerged
+    fit = fit_law(table, n_boot=100, seed=0)
+    # Row 10 says emerged, yet a diverged run says nothing about emergence: left out too.
+    assert fit["ok"] and fit["n_runs"] == 13
+    assert fit["diverged_run_ids"] == sorted(table.loc[[3, 10], "run_id"])
+    assert fit["n_diverged"] == 2 and fit["n_not_emerged"] == 1 and fit["n_table_runs"] == 16
+    assert not set(fit["diverged_run_ids"]) & set(fit["run_ids"])
+    assert set(table.loc[[5, 6], "run_id"]) <= set(fit["run_ids"])
+    json.dumps(fit, allow_nan=False)
+
+
+def test_tables_without_outcomes_count_every_run_as_completed(fit):
+    assert fit["diverged_run_ids"] == [] and fit["n_diverged"] == 0
+    assert fit["n_not_emerged"] == 0 and fit["n_table_runs"] == 16
+    table = law_table().assign(outcome=None)  # a column with no values: completed as well
+    assert fit_law(table, n_boot=50, seed=0)["n_runs"] == 16
+    failed = fit_law(law_table().head(2).assign(outcome="diverged"), n_boot=50, seed=0)
+    assert failed["ok"] is False and failed["n_diverged"] == 2  # said even when not fitted

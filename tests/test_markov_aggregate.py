@@ -150,3 +150,93 @@ def test_generator_table_reads_one_sidecar_per_dataset_and_context():
     assert row.measured_frequency == pytest.approx(0.101)
     assert row.measured_reliability == pytest.approx(0.898)
     assert (table["entropy_rate_bits"] == 3.0).all() and (table["first_half_repeats"] == 0).all()
+
+
+# --- diverged runs: a cell table that counts them, and a run diverged before any checkpoint ---
+
+
+def captured_text(monkeypatch):
+    """Replace the Markov figures' save_figure: keep each figure's texts (a list of strings per
+    figure) instead of files."""
+    from ihsweep.figures import markov
+
+    texts = []
+
+    def capture(fig, out_stem):
+        parts = [fig._suptitle.get_text() if fig._suptitle else ""]
+        parts += [t.get_text() for ax in fig.axes for t in ax.texts]
+        parts += [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+        texts.append(parts)
+        return []
+
+    monkeypatch.setattr(markov, "save_figure", capture)
+    return texts
+
+
+def diverged_cells():
+    """A 2 x 2 (f, r) grid: (0.9, 0.9) emerged; (0.1, 0.9) diverged in both its seeds;
+    (0.9, 0.1) did not emerge, one of its two seeds diverged; (0.1, 0.1) did not emerge."""
+    from ihsweep.analysis.frontier import cell_outcomes
+
+    rows = []
+    for f, r, emerged, diverged in [
+        (0.9, 0.9, [True, True], [0, 0]), (0.1, 0.9, [False, False], [1, 1]),
+        (0.9, 0.1, [False, False], [1, 0]), (0.1, 0.1, [False, False], [0, 0]),
+    ]:  # fmt: skip
+        for seed in (0, 1):
+            up = emerged[seed]
+            rows.append({"frequency": f, "reliability": r, "emerged": up,
+                         "tokens_pt": 1e6 if up else np.nan, "updates_pt": 4e3 if up else np.nan,
+                         "diverged": bool(diverged[seed])})  # fmt: skip
+    runs = pd.DataFrame(rows)
+    cells = cell_outcomes(runs)
+    counts = runs.groupby(["frequency", "reliability"])["diverged"].sum()
+    return cells.assign(n_diverged=counts.to_numpy())
+
+
+def test_frontier_figure_marks_cells_whose_runs_diverged(monkeypatch):
+    from ihsweep.figures.markov import plot_frontier, plot_property_grid
+
+    texts = captured_text(monkeypatch)
+    cells = diverged_cells()
+    plot_frontier(cells, None, "unused")
+    title, *labels = texts[0]
+    assert "1 of 4 (f, r) cells emerged (3 runs diverged)" in title
+    assert labels.count("diverged") == 1  # the cell whose every run diverged, not "none"
+    assert "none\n1 diverged" in labels  # a split cell names its diverged run
+    assert "every run diverged (says nothing about emergence)" in labels  # in the legend
+    plot_frontier(cells.drop(columns="n_diverged"), None, "unused")  # as cell_outcomes gives
+    assert not any("diverged" in t for t in texts[1])
+    grid = cells.assign(dependency=True, categorial=True, marginal="zipfian", label="")
+    plot_property_grid(grid, "unused")
+    assert "(3 runs diverged)" in texts[2][0] and "none\n1 diverged" in texts[2]
+
+
+def test_a_run_diverged_before_its_first_checkpoint_is_listed_as_diverged(tmp_path):
+    """Four bigram cells, one of whose runs diverged at once: its model table is a single row at
+    0 tokens with NaN metrics. The step must list it as diverged and draw every figure."""
+    datasets, rows = {}, []
+    for f in (0.1, 0.9):
+        for r in (0.1, 0.9):
+            name = f"semi-f{f:g}-r{r:g}"
+            datasets[name] = markov_entry(BIGRAM, f, r, "semi")
+            rows += probe_rows(name, emerges(f, r))
+            write_chunks(tmp_path, name, f, r)
+    table = pd.DataFrame(rows).assign(outcome="completed", outcome_detail="", budget=TOKENS[-1],
+                                      predicted_tokens=np.nan)  # fmt: skip
+    lone = table["data"] == "semi-f0.1-r0.9"
+    first = table[lone].iloc[:1].assign(step=0, tokens=0, ps_max=np.nan, la_max=np.nan,
+                                        ar_acc=np.nan, outcome="diverged",
+                                        outcome_detail="train loss nan at step 1")  # fmt: skip
+    pd.concat([table[~lone], first]).to_parquet(tmp_path / "model.parquet")
+    argv = ["--model-tables", str(tmp_path / "model.parquet"), "--datasets", json.dumps(datasets)]
+    argv += ["--out-dir", str(tmp_path / "out"), "--emergence", json.dumps({"min_rise": 0.05})]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path)
+        assert main(argv) == 0
+    runs = pd.read_csv(tmp_path / "out/emergence.csv").set_index("data")
+    assert runs.loc["semi-f0.1-r0.9", "outcome"] == "diverged"
+    assert not runs.loc["semi-f0.1-r0.9", "emerged"]
+    page = (tmp_path / "out/emergence.html").read_text()
+    assert page.count('<tr class="diverged">') == 1 and "1 diverged" in page
+    assert (tmp_path / "out/figures/frontier-semi-tiny-B8-C32.png").stat().st_size > 1000

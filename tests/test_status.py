@@ -5,10 +5,12 @@ by the training loop's own writer (``write_progress``), checkpoints, run.json an
 where the workflow puts them (``ihsweep.layout``): a finished, probed run; a trained one; a
 running one; an interrupted one; a failed one with its error; one that said running and then
 went silent (killed); one not started. With an emergence table and a law fit, the table must
-say exactly that.
+say exactly that. Runs that ended early (stopped once emergence was confirmed, or diverged) and
+predictions recorded with the run or made by today's fit must show in the table and its totals.
 """
 
 import json
+import shutil
 import time
 
 import pandas as pd
@@ -17,7 +19,7 @@ import yaml
 from conftest import SCHEMA
 from ihsweep import layout
 from ihsweep.config import Run, prepare
-from ihsweep.status import main, run_state, status_table
+from ihsweep.status import main, run_state, status_table, totals
 from ihsweep.training.loop import read_progress, write_progress
 
 CONFIG = """
@@ -40,9 +42,12 @@ def run_id(batch: int) -> str:
     return f"t/m/B{batch}-C10-s0"
 
 
-def write_run(root, batch: int, *, progress=None, ckpt=None, done=False, probed=False, age=0.0):
+def write_run(
+    root, batch: int, *, progress=None, ckpt=None, done=False, probed=False, age=0.0, run_json=None
+):
     """A run folder as training and probing leave it. ``progress``: (state, tokens, extra) as
-    written by ``write_progress``, its ``updated`` set ``age`` seconds into the past."""
+    written by ``write_progress``, its ``updated`` set ``age`` seconds into the past;
+    ``run_json``: the run.json written when ``done`` ({} when not given)."""
     run = run_of(batch)
     run_dir = root / layout.run_dir(run)
     tokens_per_step = batch * 10
@@ -61,8 +66,9 @@ def write_run(root, batch: int, *, progress=None, ckpt=None, done=False, probed=
         (run_dir / "ckpt" / f"step_{step:06d}.json").write_text(
             json.dumps({"step": step, "tokens": ckpt})
         )
+        (run_dir / "ckpt" / f"step_{step:06d}.safetensors").write_bytes(b"")  # not read
     if done:
-        (root / layout.run_file(layout.RUN_JSON, run)).write_text("{}")
+        (root / layout.run_file(layout.RUN_JSON, run)).write_text(json.dumps(run_json or {}))
     if probed:
         for table in layout.PROBE_TABLES:
             path = root / layout.probe_table(table, run)
@@ -158,3 +164,102 @@ def test_command_prints_a_summary_and_writes_csv(study, tmp_path, capsys):
     written = pd.read_csv(tmp_path / "status.csv")
     assert len(written) == 7
     assert written.set_index("run_id").loc[run_id(16), "error"] == ERROR
+
+
+DETAIL = "train loss nan at step 625 (lr 0.006)"
+
+
+def record(batch: int, tokens: int, outcome: str, detail: str = "", predicted=None) -> dict:
+    """A run.json as training writes it (the keys ihsweep.status reads)."""
+    prediction = None if predicted is None else {"tokens": predicted, "source": "config"}
+    return {
+        "run_id": run_id(batch), "outcome": outcome, "outcome_detail": detail,
+        "steps": tokens // (batch * 10), "tokens": tokens, "budget": BUDGET,
+        "total_steps": BUDGET // (batch * 10), "prediction": prediction,
+    }  # fmt: skip
+
+
+@pytest.fixture
+def ended(study, tmp_path):
+    """The study with runs that ended three ways, predictions from run.json and the fit."""
+    done = {"ckpt": None, "done": True}
+    write_run(tmp_path, 1, run_json=record(1, BUDGET, "completed", predicted=5500.0), **done,
+              probed=True)  # fmt: skip
+    # Stopped early at its first checkpoint: the run's folder as it left it, not the fixture's.
+    shutil.rmtree(tmp_path / layout.run_dir(run_of(2)))
+    stopped = record(2, 320000, "stopped_early", "emergence confirmed", predicted=9000.0)
+    progress = ("done", 320000, {"outcome": "stopped_early"})
+    write_run(tmp_path, 2, run_json=stopped, progress=progress, ckpt=320000, done=True)
+    # Diverged: one with its run.json (probed: a single NaN row), one from progress.json alone.
+    diverged = ("diverged", 192000, {"outcome_detail": DETAIL})
+    write_run(tmp_path, 64, run_json=record(64, 192000, "diverged", DETAIL), progress=diverged,
+              **done, probed=True)  # fmt: skip
+    write_run(tmp_path, 16, progress=("diverged", 100000, {"outcome_detail": DETAIL}))
+    pd.DataFrame(
+        {
+            "run_id": [run_id(b) for b in (1, 2, 8, 16, 64)],
+            "emerged": [True, True, True, False, False],
+            "tokens_pt": [5000.0, 5000.0, 10500.0, None, None],
+            "tokens_lo": [4000.0, 4500.0, 8000.0, None, None],
+            "tokens_hi": [6000.0, 5500.0, 12000.0, None, None],
+        }
+    ).to_csv(tmp_path / "results/natural/emergence.csv", index=False)
+    return study
+
+
+def test_outcomes_tokens_against_budget_and_predictions(ended, tmp_path):
+    table = status_table(ended, tmp_path).set_index("run_id")
+    row = {b: table.loc[run_id(b)] for b in BATCHES}
+    assert [row[b].state for b in BATCHES] == [
+        "done", "trained", "running", "interrupted", "diverged", "failed", "diverged",
+    ]  # fmt: skip
+    assert [row[b].outcome for b in (1, 2, 16, 64)] == [
+        "completed",
+        "stopped_early",
+        "diverged",
+        "diverged",
+    ]
+    assert all(pd.isna(row[b].outcome) for b in (4, 8, 32))  # not ended yet
+    assert row[2].tokens == 320000 and row[2].budget == BUDGET  # stopped half way
+    assert row[64].tokens == 192000 and row[16].tokens == 100000
+    assert row[64].error == DETAIL and row[16].error == DETAIL  # where it diverged
+    # The prediction recorded with the run wins; without one, today's fit (10,000 tokens).
+    assert (row[1].predicted_tokens, row[1].prediction) == (5500.0, "run.json")
+    assert (row[2].predicted_tokens, row[2].prediction) == (9000.0, "run.json")
+    assert row[8].predicted_tokens == pytest.approx(10_000.0) and row[8].prediction == "lawfit"
+    assert (row[8].tokens_lo, row[8].tokens_pt, row[8].tokens_hi) == (8000.0, 10500.0, 12000.0)
+    # Inside [4000, 6000], outside [4500, 5500], inside [8000, 12000]; no emergence, no verdict.
+    assert row[1].predicted_within is True and row[2].predicted_within is False
+    assert row[8].predicted_within is True
+    assert all(row[b].predicted_within is None for b in (4, 16, 32, 64))
+
+
+def test_command_prints_outcomes_and_totals(ended, tmp_path, capsys):
+    assert main(["--csv", str(tmp_path / "status.csv")]) == 0
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in out.splitlines() if line.strip().startswith("t/")}
+    assert "stopped early" in lines[run_id(2)] and "0.32M/0.64M" in lines[run_id(2)]
+    assert "0.01M (run.json)" in lines[run_id(2)] and " no " in lines[run_id(2)]
+    assert "0.01M (lawfit)" in lines[run_id(8)] and "0.01M [0.01M, 0.01M]" in lines[run_id(8)]
+    assert "diverged" in lines[run_id(64)] and DETAIL in lines[run_id(64)]
+    assert "7 runs: " in out and "2 diverged," in out
+    # Ended: 640k + 320k + 100k + 192k = 1.252M of 4 x 640k = 2.56M, 51.1% saved; with the
+    # running, interrupted and silent runs 1.998M of 4.48M.
+    assert (
+        "tokens trained: 1.25M of 2.56M budget over the 4 ended runs, 51.1% saved;"
+        " 2.00M of 4.48M over all 7; 1 stopped early; 2 diverged;"
+        " the law predicted 2 of 3 emerged runs within their interval"
+    ) in out
+    written = pd.read_csv(tmp_path / "status.csv").set_index("run_id")
+    assert written.loc[run_id(2), "outcome"] == "stopped_early"
+    assert written.loc[run_id(1), "predicted_within"] == True  # noqa: E712 (numpy bool)
+
+
+def test_totals_without_predictions_or_ended_runs(study, tmp_path):
+    table = status_table(study, tmp_path)
+    table["predicted_tokens"] = table["prediction"] = table["predicted_within"] = None
+    line = totals(table.iloc[2:4])  # a running and an interrupted run: nothing has ended
+    assert line == (
+        "tokens trained: 0.00M of 0.00M budget over the 0 ended runs; 0.65M of 1.28M over all 2;"
+        " 0 stopped early; 0 diverged"
+    )

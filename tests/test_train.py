@@ -488,7 +488,7 @@ def test_sigterm_saves_state_exits_75_and_rerun_resumes_there(reference, data_di
     stopped = int(saved_at[0])
     assert target <= stopped < spec["total_steps"]
     assert not (run_dir / "run.json").exists()
-    state = load_resume_state(run_dir)
+    state = load_resume_state(run_dir)[0]
     assert int(state["step"]) == stopped
     assert last_train_step(run_dir) == stopped
     assert saved_checkpoint_steps(run_dir) == [s for s in ckpts if s <= stopped]
@@ -512,7 +512,7 @@ def test_stop_after_step_then_resume_in_process_matches(reference, data_dir, tmp
 
     assert train(spec, data_dir, run_dir, **CPU, stop_after_step=stop) == {}
     assert not (run_dir / "run.json").exists()
-    assert int(load_resume_state(run_dir)["step"]) == stop
+    assert int(load_resume_state(run_dir)[0]["step"]) == stop
     assert saved_checkpoint_steps(run_dir) == [30, 60]
     progress = read_progress(run_dir)
     assert progress["state"] == "interrupted" and progress["step"] == stop
@@ -574,7 +574,7 @@ def test_changed_spec_starts_afresh(tmp_path, data_dir, capsys):
     assert "resuming" not in out
     assert saved_checkpoint_steps(run_dir) == []  # the old run's checkpoints are gone
     assert not (run_dir / "probes").exists()
-    assert int(load_resume_state(run_dir)["step"]) == 10
+    assert int(load_resume_state(run_dir)[0]["step"]) == 10
     assert last_train_step(run_dir) == 10
 
     train(changed, data_dir, run_dir, **CPU)
@@ -647,7 +647,8 @@ def test_training_log_has_progress_lines_and_ends_with_a_summary(tmp_path, data_
         steps = [int(m["step"]) for m in map(line.fullmatch, out) if m]
         assert steps == (list(range(1, 31)) if seconds == 0 else [30])
         assert re.fullmatch(
-            r"\[.+\] done: 30 steps, 0\.00M tokens \| final train loss [0-9.]+, val loss [0-9.]+"
+            r"\[.+\] done: 30 of 30 steps, 0\.00M of 0\.00M tokens \| final train loss [0-9.]+,"
+            r" val loss [0-9.]+"
             r" \| \d+ s this session at [0-9.]+k tok/s",
             out[-1],
         ), out[-1]
@@ -675,7 +676,8 @@ def test_finished_run_records_done_with_the_whole_budget(tmp_path, data_dir):
     before = time.time()
     summary = train(spec, data_dir, run_dir, **CPU)
     progress = json.loads((run_dir / PROGRESS_JSON).read_text())
-    assert set(progress) == PROGRESS_KEYS  # no signal, no error
+    assert set(progress) == PROGRESS_KEYS | {"outcome"}  # no signal, no error
+    assert progress["outcome"] == "completed"
     assert progress["state"] == "done"
     assert progress["tokens"] == progress["budget"] == 40 * B * C == summary["tokens"]
     assert progress["step"] == progress["total_steps"] == 40
@@ -710,7 +712,7 @@ def test_stopped_run_records_interrupted_then_done_on_resume(tmp_path, data_dir)
     assert progress["budget"] == 40 * B * C and progress["total_steps"] == 40
     train(spec, data_dir, run_dir, **CPU)
     progress = read_progress(run_dir)
-    assert progress["state"] == "done" and set(progress) == PROGRESS_KEYS
+    assert progress["state"] == "done" and set(progress) == PROGRESS_KEYS | {"outcome"}
 
 
 @pytest.mark.parametrize("damage", ["chunks.json missing", "train.bin truncated"])
@@ -950,7 +952,7 @@ def test_checkpoint_files(tmp_path, data_dir):
     assert val == {m["step"]: pytest.approx(m["val_loss"], abs=1e-6) for m in metas}
 
     # The final checkpoint is the model of the resume state.
-    state = load_resume_state(run_dir)
+    state = load_resume_state(run_dir)[0]
     assert int(state["step"]) == 50
     assert_same_tensors(load_file(metas[-1]["weights"]), state["model"])
 
@@ -966,7 +968,8 @@ def test_failed_writes_keep_the_old_files_and_leave_no_temporary(tmp_path):
     save_checkpoint(tmp_path, 5, model, {"tokens": 5 * B * C})
     save_resume_state(tmp_path, {"step": 5, "model": model.state_dict()})
     files = sorted(p for p in tmp_path.rglob("*") if p.is_file())
-    assert [p.name for p in files] == ["step_000005.json", "step_000005.safetensors", "resume.pt"]
+    names = [p.name for p in files]
+    assert names == ["step_000005.json", "step_000005.safetensors", "resume.json", "resume.pt"]
     before = {p: p.read_bytes() for p in files}
 
     shared = torch.nn.Module()  # safetensors refuses tensors that share memory
@@ -982,5 +985,5 @@ def test_failed_writes_keep_the_old_files_and_leave_no_temporary(tmp_path):
 
     assert sorted(p for p in tmp_path.rglob("*") if p.is_file()) == files  # no *.tmp left
     assert {p: p.read_bytes() for p in files} == before
-    assert int(load_resume_state(tmp_path)["step"]) == 5
+    assert int(load_resume_state(tmp_path)[0]["step"]) == 5
     assert [m["step"] for m in list_checkpoints(tmp_path)] == [5]

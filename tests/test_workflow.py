@@ -34,6 +34,7 @@ HEAD_COLUMNS = [
 MODEL_COLUMNS = [
     "run_id", "data", "model", "n_params", "batch_size", "context_size", "seed", "step",
     "tokens", "ar_acc", "ar_rank", "ps_max", "la_max", "ps_la_corr", "train_loss", "val_loss",
+    "budget", "outcome", "outcome_detail", "predicted_tokens",
 ]  # fmt: skip
 RUN_FIELDS = ["data", "model", "batch_size", "context_size", "seed"]
 # How the study runs, not what it studies: none of it may plan a job.
@@ -152,6 +153,9 @@ def test_model_tables(study):
         assert (table["ar_rank"] >= 0).all()
         assert table[["train_loss", "val_loss"]].map(math.isfinite).all().all(), run.id
         assert table["ps_la_corr"].dropna().between(-1, 1).all()
+        assert (table["budget"] == study.study.total_steps(run) * run.tokens_per_step).all()
+        assert (table["outcome"] == "completed").all() and (table["outcome_detail"] == "").all()
+        assert table["predicted_tokens"].isna().all()  # no densify law in this study
 
 
 def test_heads_tables_agree_with_model_tables(study):

@@ -16,6 +16,9 @@ studies (``study_definition`` is the config without it: what provenance hashes).
 
 The checkpoint schedule is given in tokens, the same for every run (SPEC section 2), and turned
 into update counts per run here, so that every consumer agrees on which steps are saved.
+``checkpoints.densify`` adds, to each natural-data run, log-spaced token counts around the
+emergence point the law U_pt = T / (B^a C^b) predicts for it (the law is read once, here), and
+records that prediction in the run's training spec (``Study.prediction``).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import difflib
 import functools
 import glob
 import itertools
+import json
 import math
 import sys
 from collections.abc import Iterator, Mapping
@@ -151,6 +155,33 @@ def checkpoint_steps(tokens: list[int], tokens_per_step: int, total_steps: int) 
     return sorted(steps)
 
 
+LAW_KEYS = ("a", "b", "log10_T")
+LAW_FIX = "run the pilot study first, or give checkpoints.densify.law: {a, b, log10_T}"
+
+
+def predicted_updates(law: Mapping, batch_size: int, context_size: int) -> float:
+    """The law's emergence point in updates, ``T / (B^a C^b)`` (as ``lawfit.predict_updates``).
+
+    Raises OverflowError when it is beyond what a float holds.
+    """
+    exponent = (
+        law["log10_T"] - law["a"] * math.log10(batch_size) - law["b"] * math.log10(context_size)
+    )
+    return 10.0**exponent
+
+
+def densify_tokens(
+    predicted: float, window_decades: float, per_decade: int, budget: int
+) -> list[int]:
+    """Token counts around a predicted emergence point: ``predicted * 10^(k / per_decade)`` for
+    every integer k with ``|k / per_decade| <= window_decades``, rounded to whole tokens and
+    kept within (0, budget]; sorted, unique."""
+    reach = math.floor(window_decades * per_decade + 1e-9)  # 0.29 * 100 is 28.999...
+    values = (predicted * 10.0 ** (k / per_decade) for k in range(-reach, reach + 1))
+    tokens = {round(x) for x in values if math.isfinite(x) and x < budget + 0.5}
+    return sorted(t for t in tokens if t >= 1)
+
+
 # --------------------------------------------------------------------------------------------
 # Markov grids: one config entry, one dataset per (f, r) cell, one shared chain
 
@@ -232,6 +263,8 @@ class Study:
     runs: list[Run]
     profile: dict = field(default_factory=dict)  # the cost model's device (ihsweep.cost)
     checkpoint_tokens: list[int] = field(default_factory=list)  # at the `training` budget
+    # checkpoints.densify with its law read (None = off): law, source, window_decades, per_decade
+    densify: dict | None = None
     grids: dict[str, list[str]] = field(default_factory=dict)  # Markov entry -> its datasets
     overrides: dict[Run, dict] = field(default_factory=dict)  # a runs entry's `training` keys
 
@@ -243,8 +276,44 @@ class Study:
         return self.training(run)["tokens"] // run.tokens_per_step
 
     def checkpoint_steps(self, run: Run) -> list[int]:
-        tokens = schedule_tokens(self.config["checkpoints"], self.training(run)["tokens"])
+        tokens = self.requested_tokens(run)
         return checkpoint_steps(tokens, run.tokens_per_step, self.total_steps(run))
+
+    def requested_tokens(self, run: Run) -> list[int]:
+        """The token counts a run's checkpoints are asked for, before conversion to steps: the
+        fixed schedule up to the run's budget (``checkpoint_tokens`` at the `training` budget)
+        and the densified ones around its predicted emergence point; sorted, unique."""
+        fixed = schedule_tokens(self.config["checkpoints"], self.training(run)["tokens"])
+        return sorted({*fixed, *self.densified_tokens(run)})
+
+    def densified_tokens(self, run: Run) -> list[int]:
+        """The token counts ``checkpoints.densify`` adds to a run's schedule ([] when off)."""
+        prediction = self.prediction(run)
+        if prediction is None:
+            return []
+        return densify_tokens(
+            prediction["tokens"],
+            prediction["window_decades"],
+            prediction["per_decade"],
+            self.training(run)["tokens"],
+        )
+
+    def prediction(self, run: Run) -> dict | None:
+        """The law's emergence point for ``run`` (``checkpoints.densify``): tokens and updates,
+        the law, its source (config or the lawfit path) and the window; None when densify is
+        off or the run is not on natural data (the law does not predict Markov runs)."""
+        if self.densify is None or self.config["datasets"][run.data]["family"] != "natural":
+            return None
+        law = self.densify["law"]
+        updates = predicted_updates(law, run.batch_size, run.context_size)
+        return {
+            "tokens": float(updates * run.tokens_per_step),
+            "updates": float(updates),
+            "law": dict(law),
+            "source": self.densify["source"],
+            "window_decades": self.densify["window_decades"],
+            "per_decade": self.densify["per_decade"],
+        }
 
     def train_spec(self, run: Run) -> dict:
         """Everything a training job needs, JSON-serialisable."""
@@ -262,7 +331,31 @@ class Study:
             # The tokens actually seen at each saved step, not the requested counts.
             "checkpoint_tokens": [step * run.tokens_per_step for step in steps],
             "total_steps": self.total_steps(run),
+            **self._early_stop(run),
+            **self._prediction(run),
         }
+
+    def early_stop(self, run: Run) -> dict | None:
+        """The rule that may end ``run`` before its budget (``training.stop_after_emergence``):
+        its margin, and the probe and emergence settings the training job applies to its own
+        checkpoints; None when the run trains to its budget."""
+        setting = self.training(run)["stop_after_emergence"]
+        if setting is False:
+            return None
+        if setting is True:  # the object with every key at its schema default
+            keys = load_schema()["properties"]["training"]["properties"]["stop_after_emergence"]
+            setting = {key: sub["default"] for key, sub in keys["properties"].items()}
+        return {**setting, "probe": self.config["probe"], "emergence": self.config["emergence"]}
+
+    def _early_stop(self, run: Run) -> dict:
+        # Absent when off: then no probe or emergence setting reaches the training job.
+        rule = self.early_stop(run)
+        return {} if rule is None else {"early_stop": copy.deepcopy(rule)}
+
+    def _prediction(self, run: Run) -> dict:
+        # Absent when densify is off, so that existing studies' specs stay byte-identical.
+        prediction = self.prediction(run)
+        return {} if prediction is None else {"prediction": prediction}
 
     def model_of(self, run: Run) -> dict:
         return {k: self.config["models"][run.model][k] for k in MODEL_KEYS}
@@ -326,8 +419,8 @@ class Study:
             "gpu_hours": seconds / 3600,
             "walltime_min": cost.job_minutes(seconds, self.config[EXECUTION], attempt=1),
             "checkpoints": n_checkpoints,
-            # fp32 weights per checkpoint, and the resume state (weights and AdamW's moments)
-            "checkpoint_gb": (n_checkpoints * 4 + 12) * n_params / cost.GB,
+            # fp32 weights per checkpoint, and two resume states (weights and AdamW's moments)
+            "checkpoint_gb": (n_checkpoints * 4 + 24) * n_params / cost.GB,
         }
 
     def tokenize_minutes(self, data: str, attempt: int = 1) -> int:
@@ -380,6 +473,7 @@ def prepare(config: dict, schema: str | Path = SCHEMA) -> Study:
 
     grids = expand_markov_grids(config)
     indexed = _check_semantics(config)
+    densify = _read_densify(config["checkpoints"])
     tokens = schedule_tokens(config["checkpoints"], config["training"]["tokens"])
     overrides = {
         run: config["runs"][index]["training"]
@@ -397,9 +491,11 @@ def prepare(config: dict, schema: str | Path = SCHEMA) -> Study:
         checkpoint_tokens=tokens,
         grids=grids,
         overrides=overrides,
+        densify=densify,
     )
     for index, run in indexed:
         _check_memory(study, index, run)
+        _check_prediction(study, index, run)
     return study
 
 
@@ -766,6 +862,91 @@ def _check_checkpoints(checkpoints: dict, budget: int) -> None:
             f"checkpoints.start: {start} is above linear_from = {linear_from}; "
             f"make start <= linear_from"
         )
+
+
+def _read_densify(checkpoints: dict) -> dict | None:
+    """``checkpoints.densify`` with its law read (from the config or a lawfit.json); None = off."""
+    densify = checkpoints.get("densify")
+    if densify is None:
+        return None
+    given = [key for key in ("law", "lawfit") if key in densify]
+    if len(given) == 2:
+        raise ConfigError(
+            "checkpoints.densify: gives both law and lawfit; give one of them (law: {a, b, "
+            "log10_T}, or lawfit: the path of a pilot study's lawfit.json)"
+        )
+    if not given:
+        raise ConfigError(
+            "checkpoints.densify: no law to predict from; give lawfit: <path of a pilot study's "
+            "lawfit.json> or law: {a, b, log10_T}"
+        )
+    if "law" in densify:
+        law, source = densify["law"], "config"
+        for key in LAW_KEYS:
+            if not math.isfinite(law[key]):
+                raise ConfigError(
+                    f"checkpoints.densify.law.{key}: {law[key]!r} is not a finite number; "
+                    f"give a number"
+                )
+    else:
+        source = densify["lawfit"]
+        law = _read_lawfit(source)
+    return {
+        "law": {key: float(law[key]) for key in LAW_KEYS},
+        "source": source,
+        "window_decades": densify["window_decades"],
+        "per_decade": densify["per_decade"],
+    }
+
+
+def _read_lawfit(path: str) -> dict:
+    """The fitted law of a lawfit.json (``ihsweep.analysis.lawfit.fit_law``'s output)."""
+    where = f"checkpoints.densify.lawfit: {path!r}"
+    file = Path(path)
+    if not file.is_file():
+        what = "is not a file" if file.exists() else "does not exist"
+        raise ConfigError(
+            f"{where} {what} (paths are relative to {Path.cwd()}); fix the path, or {LAW_FIX}"
+        )
+    try:
+        fit = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{where} cannot be read ({err}); fix the file, or {LAW_FIX}") from None
+    except json.JSONDecodeError as err:
+        raise ConfigError(
+            f"{where} is not valid JSON ({err}); rerun the pilot's law fit, or {LAW_FIX}"
+        ) from None
+    if not isinstance(fit, dict):
+        raise ConfigError(
+            f"{where} holds {_type_name(fit)}, not a law fit (an object with a, b, log10_T); "
+            f"{LAW_FIX}"
+        )
+    if fit.get("ok", True) is not True:
+        reason = fit.get("reason") or "no reason given"
+        raise ConfigError(
+            f"{where} holds no fitted law (ok: {fit.get('ok')!r}: {reason}); run the pilot "
+            f"until its law fits, or give checkpoints.densify.law: {{a, b, log10_T}}"
+        )
+    for key in LAW_KEYS:
+        value = fit.get(key)
+        numeric = isinstance(value, int | float) and not isinstance(value, bool)
+        if not numeric or not math.isfinite(value):
+            got = "it is missing" if key not in fit else f"got {_short(value)}"
+            raise ConfigError(
+                f"{where} has no numeric {key} ({got}); rerun the pilot's law fit, or {LAW_FIX}"
+            )
+    return fit
+
+
+def _check_prediction(study: Study, index: int, run: Run) -> None:
+    try:
+        study.prediction(run)
+    except OverflowError:
+        key = "law" if study.densify["source"] == "config" else "lawfit"
+        raise ConfigError(
+            f"checkpoints.densify.{key}: the law {study.densify['law']} predicts more updates "
+            f"than a float holds for run {run.id} (runs[{index}]); check a, b and log10_T"
+        ) from None
 
 
 def _check_run_names(config: dict) -> list[tuple[int, Run]]:

@@ -6,7 +6,13 @@
 Run it in the repository root (or wherever ``results/`` is). It starts nothing and needs no
 Snakemake lock, so it works while a study runs, locally or on SLURM. States:
 
-- ``done``: trained and probed; ``trained``: run.json is there, the probe tables are not yet;
+- ``done``: trained and probed; ``trained``: run.json is there, the probe tables are not yet.
+  Both cover the two good endings, told apart by the ``outcome`` column: ``completed`` (trained
+  to its budget) or ``stopped early`` (stopped once its emergence was confirmed,
+  ``training.stop_after_emergence``; its tokens fall short of the budget on purpose);
+- ``diverged``: training hit a non-finite loss and ended there (run.json ``outcome``, or
+  ``progress.json`` state "diverged"); the ``error`` column says where, e.g. "train loss nan at
+  step 812 (lr 0.006)". The rest of the sweep goes on without it;
 - ``running``: the run's ``progress.json`` says so and was updated within the last
   ``--active-minutes`` (default 5);
 - ``interrupted``: it stopped on a signal with its state saved (the retry resumes it);
@@ -14,19 +20,33 @@ Snakemake lock, so it works while a study runs, locally or on SLURM. States:
   updated for longer than ``--active-minutes`` (killed; read its log);
 - ``missing``: not started.
 
-Each run's state comes from its ``progress.json`` (``ihsweep.training.loop.write_progress``);
-nothing here reads the training log. Columns: ``run_id, state, tokens`` (reached: the larger of
-the last progress record and the last checkpoint),
-``budget``, ``emerged`` and ``tokens_pt`` (from the aggregates' emergence tables, when built)
-and, for natural-data runs, ``predicted_tokens``: the emergence point the current law fit
-(``results/natural/lawfit.json``) predicts for the run's B and C; ``error``: why a failed run
-stopped.
+Each run's state comes from its ``progress.json`` (``ihsweep.training.loop.write_progress``) and
+its completion record ``run.json``; nothing here reads the training log. Columns:
+
+- ``run_id, state``; ``outcome``: ``completed``, ``stopped_early`` or ``diverged`` once the run
+  has ended (run.json's value; a run.json without one counts as completed), empty before;
+- ``tokens``: tokens trained (the largest of run.json's, the last progress record's and the
+  last checkpoint's); ``budget``: its token budget (run.json's, else the study's);
+- ``emerged``, ``tokens_pt``, ``tokens_lo``, ``tokens_hi``: the observed emergence point and its
+  95% interval, from the aggregates' emergence tables when built;
+- ``predicted_tokens`` and ``prediction``, where the prediction comes from: ``run.json`` (the
+  point the law predicted when the run was planned, ``checkpoints.densify``, recorded with the
+  run) when the run has one, else ``lawfit`` (today's fit, ``results/natural/lawfit.json``, for
+  the run's B and C; natural-data runs only); ``predicted_within``: whether the prediction lies
+  inside the observed interval (only for emerged runs with a prediction);
+- ``error``: why a failed run stopped, or where a diverged one diverged.
+
+After the table come the state counts and a totals line: tokens trained against the budget
+over the runs that have ended (and the saving in %) and over all runs, how many stopped early
+and how many diverged, and "the law predicted N of M emerged runs within their interval" over
+the emerged runs with a prediction.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from pathlib import Path
 
@@ -39,18 +59,41 @@ from ihsweep.training.checkpoints import list_checkpoints
 from ihsweep.training.loop import read_progress
 
 COLUMNS = [
-    "run_id", "state", "tokens", "budget", "emerged", "tokens_pt", "predicted_tokens", "error",
+    "run_id", "state", "outcome", "tokens", "budget", "emerged", "tokens_pt", "tokens_lo",
+    "tokens_hi", "predicted_tokens", "prediction", "predicted_within", "error",
 ]  # fmt: skip
 EMERGENCE_TABLES = (
     layout.aggregate_file("emergence.csv", layout.NATURAL),
     layout.aggregate_file("emergence.csv", layout.MARKOV),
 )
 LAWFIT = layout.aggregate_file("lawfit.json", layout.NATURAL)
+ENDED = ("done", "trained", "diverged")  # states of a run whose training is over
+
+
+def read_record(root: Path, run: Run) -> dict | None:
+    """The run's completion record (``run.json``), None when there is none (or it is damaged:
+    it is written atomically, so that means the run has not finished)."""
+    try:
+        return json.loads((root / layout.run_file(layout.RUN_JSON, run)).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def run_outcome(record: dict | None, progress: dict) -> str | None:
+    """How the run's training ended: run.json's ``outcome`` ("completed" when the record
+    predates outcomes), else a diverged progress record; None while it has not ended."""
+    if record is not None:
+        return str(record.get("outcome") or "completed")
+    if progress.get("state") == "diverged":
+        return "diverged"
+    return None
 
 
 def run_state(root: Path, run: Run, progress: dict, active_minutes: float, now: float) -> str:
     """The run's state from its folder and its progress record ({} when there is none)."""
     if (root / layout.run_file(layout.RUN_JSON, run)).exists():
+        if run_outcome(read_record(root, run) or {}, progress) == "diverged":
+            return "diverged"
         probed = all((root / layout.probe_table(t, run)).exists() for t in layout.PROBE_TABLES)
         return "done" if probed else "trained"
     state = progress.get("state")
@@ -69,60 +112,153 @@ def failure(progress: dict, run: Run, now: float) -> str:
     return f"no progress for {silent:.0f} min (killed?); see {layout.log('train', run.id)}"
 
 
-def tokens_reached(run_dir: Path, progress: dict) -> int:
-    reached = [int(m["tokens"]) for m in list_checkpoints(run_dir)] if run_dir.exists() else []
-    return max([*reached, int(progress.get("tokens", 0))])
+def divergence(record: dict | None, progress: dict) -> str:
+    """Where a diverged run diverged: run.json's ``outcome_detail``, else progress.json's."""
+    for source in (record or {}, progress):
+        for key in ("outcome_detail", "error"):
+            if source.get(key):
+                return str(source[key])
+    return "diverged (no detail recorded)"
+
+
+def tokens_reached(run_dir: Path, progress: dict, record: dict | None = None) -> int:
+    # The steps reached, not the weights: no checksums (they would read every checkpoint).
+    metas = list_checkpoints(run_dir, verify=False) if run_dir.exists() else []
+    reached = [int(m["tokens"]) for m in metas]
+    recorded = [int(record["tokens"])] if record and record.get("tokens") is not None else []
+    return max([*reached, *recorded, int(progress.get("tokens", 0))])
+
+
+def recorded_prediction(record: dict | None) -> float | None:
+    """The emergence point (tokens) the law predicted for the run when it was planned, as its
+    run.json records it (``prediction``, or the spec's), None without one."""
+    record = record or {}
+    prediction = record.get("prediction") or (record.get("spec") or {}).get("prediction")
+    tokens = (prediction or {}).get("tokens")
+    return None if tokens is None or not math.isfinite(float(tokens)) else float(tokens)
+
+
+def within(emerged, predicted, lo, hi) -> bool | None:
+    """Whether an emerged run's prediction lies inside its observed interval; None when the run
+    did not emerge, has no prediction or no interval."""
+    values = (predicted, lo, hi)
+    if emerged is not True or any(v is None or pd.isna(v) for v in values):
+        return None
+    return bool(lo <= predicted <= hi)
+
+
+def _emergence(root: Path) -> pd.DataFrame:
+    columns = ["run_id", "emerged", "tokens_pt", "tokens_lo", "tokens_hi"]
+    tables = [pd.read_csv(root / p) for p in EMERGENCE_TABLES if (root / p).exists()]
+    table = pd.concat(tables) if tables else pd.DataFrame(columns=columns)
+    return table.reindex(columns=columns).set_index("run_id")
+
+
+def _value(x):
+    return None if x is None or pd.isna(x) else float(x)
 
 
 def status_table(study: Study, root: Path = Path("."), active_minutes: float = 5.0):
     now = time.time()
-    emergence = pd.concat(
-        [pd.read_csv(root / p) for p in EMERGENCE_TABLES if (root / p).exists()]
-        or [pd.DataFrame(columns=["run_id", "emerged", "tokens_pt"])]
-    ).set_index("run_id")
+    emergence = _emergence(root)
     fit = json.loads((root / LAWFIT).read_text()) if (root / LAWFIT).exists() else None
     rows = []
     for run in study.runs:
         run_dir = root / layout.run_dir(run)
         progress = read_progress(run_dir)
+        record = read_record(root, run)
         state = run_state(root, run, progress, active_minutes, now)
-        row = {
-            "run_id": run.id,
-            "state": state,
-            "tokens": tokens_reached(run_dir, progress),
-            "budget": study.total_steps(run) * run.tokens_per_step,
-            "emerged": None,
-            "tokens_pt": None,
-            "predicted_tokens": None,
-            "error": failure(progress, run, now) if state == "failed" else None,
-        }
+        budget = (record or {}).get("budget") or study.total_steps(run) * run.tokens_per_step
+        row = dict.fromkeys(COLUMNS)
+        row.update(
+            run_id=run.id,
+            state=state,
+            outcome=run_outcome(record, progress),
+            tokens=tokens_reached(run_dir, progress, record),
+            budget=int(budget),
+        )
+        if state == "failed":
+            row["error"] = failure(progress, run, now)
+        elif state == "diverged":
+            row["error"] = divergence(record, progress)
         if run.id in emergence.index:
-            row["emerged"] = bool(emergence.loc[run.id, "emerged"])
-            row["tokens_pt"] = emergence.loc[run.id, "tokens_pt"]
+            observed = emergence.loc[run.id]
+            row["emerged"] = bool(observed["emerged"])
+            for end in ("pt", "lo", "hi"):
+                row[f"tokens_{end}"] = _value(observed[f"tokens_{end}"])
         family = study.config["datasets"][run.data]["family"]
-        if fit is not None and fit.get("ok") and family == "natural":
+        if recorded_prediction(record) is not None:
+            row.update(predicted_tokens=recorded_prediction(record), prediction="run.json")
+        elif fit is not None and fit.get("ok") and family == "natural":
             updates = predict_updates(fit, run.batch_size, run.context_size)
-            row["predicted_tokens"] = float(updates) * run.tokens_per_step
+            row.update(predicted_tokens=float(updates) * run.tokens_per_step, prediction="lawfit")
+        row["predicted_within"] = within(
+            row["emerged"], row["predicted_tokens"], row["tokens_lo"], row["tokens_hi"]
+        )
         rows.append(row)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def format_table(table: pd.DataFrame) -> str:
-    def millions(x) -> str:
-        return "-" if x is None or pd.isna(x) else f"{x / 1e6:.2f}M"
+def totals(table: pd.DataFrame) -> str:
+    """The totals line: tokens trained vs budget (ended runs and all), the runs stopped early
+    and diverged, and how many emerged runs the law predicted within their interval."""
+    ended = table[table["state"].isin(ENDED)]
+    trained, budget = ended["tokens"].sum(), ended["budget"].sum()
+    saved = f", {100 * (1 - trained / budget):.1f}% saved" if budget else ""
+    parts = [
+        f"tokens trained: {_millions(trained)} of {_millions(budget)} budget over the"
+        f" {len(ended)} ended runs{saved}; {_millions(table['tokens'].sum())} of"
+        f" {_millions(table['budget'].sum())} over all {len(table)}",
+        f"{int((table['outcome'] == 'stopped_early').sum())} stopped early",
+        f"{int((table['outcome'] == 'diverged').sum())} diverged",
+    ]
+    judged = table["predicted_within"].dropna()
+    if len(judged):
+        parts.append(
+            f"the law predicted {int(judged.astype(bool).sum())} of {len(judged)} emerged runs"
+            " within their interval"
+        )
+    return "; ".join(parts)
 
-    shown = table.assign(
-        tokens=[
-            f"{millions(t)}/{millions(b)}" for t, b in zip(table.tokens, table.budget, strict=True)
-        ],
-        emerged=["-" if e is None else ("yes" if e else "no") for e in table.emerged],
-        tokens_pt=table.tokens_pt.map(millions),
-        predicted_tokens=table.predicted_tokens.map(millions),
-        error=table.error.fillna(""),
-    ).drop(columns="budget")
+
+def _millions(x) -> str:
+    return "-" if x is None or pd.isna(x) else f"{x / 1e6:.2f}M"
+
+
+def format_table(table: pd.DataFrame) -> str:
+    def observed(row) -> str:
+        if pd.isna(row.tokens_pt):
+            return "-"
+        if pd.isna(row.tokens_lo):
+            return _millions(row.tokens_pt)
+        lo, hi = _millions(row.tokens_lo), _millions(row.tokens_hi)
+        return f"{_millions(row.tokens_pt)} [{lo}, {hi}]"
+
+    def yes_no(x) -> str:
+        return "-" if x is None or pd.isna(x) else ("yes" if x else "no")
+
+    shown = pd.DataFrame(
+        {
+            "run_id": table.run_id,
+            "state": table.state,
+            "outcome": [o.replace("_", " ") if isinstance(o, str) else "" for o in table.outcome],
+            "tokens/budget": [
+                f"{_millions(t)}/{_millions(b)}"
+                for t, b in zip(table.tokens, table.budget, strict=True)
+            ],
+            "emerged": table.emerged.map(yes_no),
+            "observed [95% CI]": [observed(row) for row in table.itertuples()],
+            "predicted": [
+                "-" if pd.isna(p) else f"{_millions(p)} ({source})"
+                for p, source in zip(table.predicted_tokens, table.prediction, strict=True)
+            ],
+            "within": table.predicted_within.map(yes_no),
+            "error": table.error.fillna(""),
+        }
+    )
     counts = table["state"].value_counts()
     summary = ", ".join(f"{counts[s]} {s}" for s in counts.index)
-    return shown.to_string(index=False) + f"\n{len(table)} runs: {summary}"
+    return shown.to_string(index=False) + f"\n{len(table)} runs: {summary}\n{totals(table)}"
 
 
 def main(argv=None) -> int:

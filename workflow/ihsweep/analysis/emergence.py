@@ -113,7 +113,16 @@ TABLE_COLUMNS = RUN_KEYS + [
     "updates_hi",
     "rise",
     "reason",
+    "outcome",
+    "outcome_detail",
+    "tokens_trained",
+    "budget",
+    "predicted_tokens",
+    "predicted_within",
 ]
+# How a run's training ended (run.json ``outcome``): trained to its budget, stopped once its
+# emergence was confirmed (``training.stop_after_emergence``), or diverged.
+OUTCOMES = ("completed", "stopped_early", "diverged")
 
 
 def detect(tokens, values, method: str, min_rise: float) -> dict:
@@ -192,6 +201,32 @@ def run_point(run: pd.DataFrame, spec: dict) -> dict:
     return detect(run["tokens"], run[spec["metric"]], spec["method"], spec["min_rise"])
 
 
+def confirmed_emergence(run: pd.DataFrame, spec: dict, margin_decades: float) -> str | None:
+    """Why a run may stop training now, or None: the early-stopping rule of
+    ``training.stop_after_emergence``, on one run's model-level table so far.
+
+    Emergence is confirmed when ``run_point`` reports a transition on the series up to the last
+    checkpoint and on the series without it (the point holds when one more checkpoint comes in),
+    and the last checkpoint lies ``margin_decades`` of log tokens past the upper end of both
+    intervals. A pure function of the checkpoints so far, so a resumed run decides the same at
+    the same step."""
+    run = run[run["tokens"] > 0].sort_values("tokens")
+    if len(run) < 2:
+        return None
+    points = [run_point(run, spec), run_point(run.iloc[:-1], spec)]
+    if not all(p["emerged"] for p in points):
+        return None
+    tokens, upper = float(run["tokens"].iat[-1]), max(p["tokens_hi"] for p in points)
+    if math.log10(tokens) < math.log10(upper) + margin_decades:
+        return None
+    p = points[0]
+    return (
+        f"emergence confirmed: {spec['metric']} {spec['method']} point {p['tokens_pt']:.4g} tokens"
+        f" [{p['tokens_lo']:.4g}, {p['tokens_hi']:.4g}] at two checkpoints in a row; stopped at"
+        f" {tokens:.4g} tokens, {margin_decades:g} decades or more past {upper:.4g}"
+    )
+
+
 def emergence_table(model_table: pd.DataFrame, spec: dict) -> pd.DataFrame:
     """One row per run: the emergence point (``run_point``) in tokens and in updates.
 
@@ -203,10 +238,14 @@ def emergence_table(model_table: pd.DataFrame, spec: dict) -> pd.DataFrame:
     if missing:
         raise ValueError(f"model table lacks columns {missing}")
     rows = []
-    for run_id, run in model_table.groupby("run_id", sort=True):
-        result = run_point(run, spec)
-        run = run[run["tokens"] > 0]
-        first = run.iloc[0] if len(run) else model_table[model_table["run_id"] == run_id].iloc[0]
+    for run_id, whole in model_table.groupby("run_id", sort=True):
+        run = whole[whole["tokens"] > 0]
+        first = (run if len(run) else whole).iloc[0]
+        outcome = _run_outcome(first)
+        if outcome["outcome"] == "diverged":  # listed as such, never fitted around
+            result = _no_transition(method, math.nan, f"diverged: {outcome['outcome_detail']}")
+        else:
+            result = run_point(whole, spec)
         row = {key: first[key] for key in RUN_KEYS}
         row["run_id"] = run_id
         tokens_per_update = float(first["batch_size"]) * float(first["context_size"])
@@ -214,14 +253,39 @@ def emergence_table(model_table: pd.DataFrame, spec: dict) -> pd.DataFrame:
         for end in ("pt", "lo", "hi"):
             row[f"tokens_{end}"] = result[f"tokens_{end}"]
             row[f"updates_{end}"] = result[f"tokens_{end}"] / tokens_per_update
-        row.update(rise=result["rise"], reason=result["reason"])
+        row.update(rise=result["rise"], reason=result["reason"], **outcome)
+        row["tokens_trained"] = int(whole["tokens"].max())
+        predicted = row["predicted_tokens"]
+        row["predicted_within"] = (
+            bool(row["tokens_lo"] <= predicted <= row["tokens_hi"])
+            if result["emerged"] and math.isfinite(predicted)
+            else pd.NA
+        )
         rows.append(row)
     table = pd.DataFrame(rows, columns=TABLE_COLUMNS)
     table["emerged"] = table["emerged"].astype(bool)
+    table["predicted_within"] = table["predicted_within"].astype("boolean")
     return table.sort_values("run_id", kind="stable").reset_index(drop=True)
 
 
 # --- helpers -------------------------------------------------------------------------------
+
+
+def _run_outcome(row: pd.Series) -> dict:
+    """The run-level columns a probe table repeats on every row; a table written before runs
+    recorded their outcome counts as completed, with an unknown budget and no prediction."""
+
+    def get(key, default):
+        value = row.get(key, default)
+        missing = value is None or (isinstance(value, float) and math.isnan(value))
+        return default if missing else value
+
+    return {
+        "outcome": str(get("outcome", "completed")),
+        "outcome_detail": str(get("outcome_detail", "")),
+        "budget": get("budget", math.nan),
+        "predicted_tokens": float(get("predicted_tokens", math.nan)),
+    }
 
 
 def _prepare(tokens, values) -> tuple[np.ndarray, np.ndarray]:

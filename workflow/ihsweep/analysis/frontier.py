@@ -65,7 +65,9 @@ from scipy import optimize
 CELL_KEYS = ("frequency", "reliability")
 PROPERTY_KEYS = ("dependency", "categorial", "marginal", "frequency", "reliability")
 MARGINAL_ORDER = ("uniform", "zipfian", "gaussian")
-CELL_COLUMNS = ["n_runs", "n_emerged", "frac_emerged", "emerged", "tokens_pt", "updates_pt"]
+CELL_COLUMNS = [
+    "n_runs", "n_emerged", "frac_emerged", "emerged", "tokens_pt", "updates_pt", "n_diverged",
+]  # fmt: skip
 
 RIDGE = 1e-3  # penalty on the two slopes (probability units); only matters under separation
 MIN_RATIO = 1.5  # |b_r| / |b_f| (or its inverse) needed for a one-axis verdict
@@ -76,7 +78,9 @@ def cell_outcomes(emergence: pd.DataFrame, keys=CELL_KEYS) -> pd.DataFrame:
 
     Columns: ``keys``, ``n_runs``, ``n_emerged``, ``frac_emerged``, ``emerged`` (strict
     majority; ties are not emerged), ``tokens_pt`` and ``updates_pt`` (medians over the cell's
-    emerged runs, NaN when none). Sorted by ``keys``.
+    emerged runs, NaN when none), ``n_diverged``. Sorted by ``keys``. A diverged run (its
+    ``outcome``) measured nothing, so it is no vote either way: ``n_runs`` counts the others,
+    and a cell whose runs all diverged has ``frac_emerged`` NaN and does not emerge.
     """
     keys = list(keys)
     _require(emergence, keys + ["emerged", "tokens_pt", "updates_pt"], "emergence table")
@@ -85,6 +89,10 @@ def cell_outcomes(emergence: pd.DataFrame, keys=CELL_KEYS) -> pd.DataFrame:
         raise ValueError(f"emergence table has runs without {unset}; every run needs its cell")
     rows = []
     for values, runs in emergence.groupby(keys, sort=True):
+        diverged = (runs["outcome"] if "outcome" in runs else pd.Series("", runs.index)).eq(
+            "diverged"
+        )
+        runs = runs[~diverged]
         emerged = runs["emerged"].astype(bool)
         n_runs, n_emerged = len(runs), int(emerged.sum())
         rows.append(
@@ -92,10 +100,11 @@ def cell_outcomes(emergence: pd.DataFrame, keys=CELL_KEYS) -> pd.DataFrame:
             | {
                 "n_runs": n_runs,
                 "n_emerged": n_emerged,
-                "frac_emerged": n_emerged / n_runs,
+                "frac_emerged": n_emerged / n_runs if n_runs else math.nan,
                 "emerged": 2 * n_emerged > n_runs,
                 "tokens_pt": _median(runs.loc[emerged, "tokens_pt"]),
                 "updates_pt": _median(runs.loc[emerged, "updates_pt"]),
+                "n_diverged": int(diverged.sum()),
             }
         )
     table = pd.DataFrame(rows, columns=keys + CELL_COLUMNS)

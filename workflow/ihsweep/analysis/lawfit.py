@@ -7,7 +7,14 @@ The law: the number of updates at which induction heads emerge, U_pt, falls with
 
 The paper reports a = 0.37, b = 0.62 and r = 0.98 between predicted and observed. Only runs
 with ``emerged`` True and a finite positive ``updates_pt`` enter the fit; runs without a
-transition within the budget are right-censored and are left out rather than imputed.
+transition within the budget are right-censored and are left out rather than imputed. Runs
+whose training diverged (``outcome`` "diverged", a non-finite loss) say nothing about when
+induction heads form and are left out too, whatever their ``emerged`` says; the result names
+them (``diverged_run_ids``) and counts what was left out and why (``n_not_emerged``: no
+transition within the budget; ``n_diverged``). A table without an ``outcome`` column (written
+before runs recorded how they ended) counts every run as completed. Runs stopped early once
+their emergence was confirmed (``training.stop_after_emergence``) emerged, so they are fitted
+like any other.
 
 What is reported and how:
 
@@ -53,6 +60,7 @@ def fit_law(emergence: pd.DataFrame, n_boot: int, seed: int) -> dict:
     """Fit the law to the emerged runs of an emergence table; see the module docstring."""
     runs = _emerged_runs(emergence)
     result = _empty_result(runs, n_boot, seed)
+    result.update(_left_out(emergence, runs))
     problem = _design_problem(runs)
     if problem:
         result["reason"] = problem
@@ -107,10 +115,30 @@ def predict_updates(params: dict, B, C):
 # --- helpers -------------------------------------------------------------------------------
 
 
+def outcomes(emergence: pd.DataFrame) -> pd.Series:
+    """Each run's ``outcome`` ("completed" where the column or the value is missing)."""
+    if "outcome" not in emergence:
+        return pd.Series("completed", index=emergence.index, dtype=object)
+    return emergence["outcome"].where(emergence["outcome"].notna(), "completed").astype(str)
+
+
 def _emerged_runs(emergence: pd.DataFrame) -> pd.DataFrame:
     u = pd.to_numeric(emergence["updates_pt"], errors="coerce")
     keep = emergence["emerged"].astype(bool) & np.isfinite(u) & (u > 0)
+    keep &= outcomes(emergence) != "diverged"
     return emergence[keep].sort_values("run_id", kind="stable").reset_index(drop=True)
+
+
+def _left_out(emergence: pd.DataFrame, runs: pd.DataFrame) -> dict:
+    """The runs of the table that are not in the fit, by why: diverged, or not emerged."""
+    diverged = outcomes(emergence) == "diverged"
+    ids = sorted(str(r) for r in emergence.loc[diverged, "run_id"])
+    return {
+        "n_table_runs": len(emergence),
+        "n_diverged": len(ids),
+        "diverged_run_ids": ids,
+        "n_not_emerged": len(emergence) - len(runs) - len(ids),
+    }
 
 
 def _empty_result(runs: pd.DataFrame, n_boot: int, seed: int) -> dict:

@@ -13,6 +13,12 @@ values) rather than at their (f, r) values: grids mix near-zero cells with 0.1-s
 equal cells keep every label readable. The staircase from ``frontier.pareto_frontier`` is in
 cell-edge coordinates and maps exactly onto that index grid (edge k -> k - 0.5).
 
+Diverged runs: a cell table with an ``n_diverged`` column (runs whose training diverged) shows
+them. A cell whose every run diverged reads "diverged" on a vermillion-hatched face, not "none"
+(it says nothing about whether induction heads form there); a cell with some diverged runs adds
+"k diverged" to its label; the titles count them. Without that column (cell tables from
+``frontier.cell_outcomes``, which pools outcomes only) the figures are as before.
+
 Emergence points use the sequential, colour-blind-safe ``cividis`` map on a log scale, one
 scale per figure, so the same colour means the same token count in every panel. Style, palette
 and the deterministic PNG + PDF writer (``figure_style``, ``new_figure``, ``save_figure``) are
@@ -85,10 +91,13 @@ def plot_frontier(
         ax.set_aspect("equal")
         ax.grid(False)
         _colorbar(fig, ax, norm)
-        fig.legend(handles=_frontier_handles(frontier), loc="outside lower center", ncols=1)
+        handles = _frontier_handles(frontier) + _diverged_handles(cells)
+        fig.legend(handles=handles, loc="outside lower center", ncols=1)
         n_up = int(cells["emerged"].astype(bool).sum())
         fig.suptitle(
-            f"Where induction heads form: {n_up} of {len(cells)} (f, r) cells emerged\n"
+            f"Where induction heads form: {n_up} of {len(cells)} (f, r) cells emerged"
+            + _diverged_note(cells)
+            + "\n"
             + textwrap.fill(f"More sensitive to: {verdict['verdict']} ({verdict['reason']})", 72)
         )
         return save_figure(fig, out_stem)
@@ -124,7 +133,9 @@ def plot_property_grid(table: pd.DataFrame, out_stem) -> list[Path]:
                 ax.set_yticklabels([])
         _colorbar(fig, axes[: len(settings)].tolist(), norm)
         fig.suptitle(
-            "Emergence point by data property (tokens; hatched: none within the budget)\n"
+            "Emergence point by data property (tokens; hatched: none within the budget)"
+            + _diverged_note(table)
+            + "\n"
             "D: local dependency (+D Markov chain, -D i.i.d.); C: categoriality (token blocks)"
         )
         return save_figure(fig, out_stem)
@@ -194,10 +205,52 @@ def _token_norm(table: pd.DataFrame) -> LogNorm | None:
     return LogNorm(vmin=lo, vmax=hi)
 
 
+def _n_diverged(row) -> int:
+    value = getattr(row, "n_diverged", 0)
+    return 0 if value is None or pd.isna(value) else int(value)
+
+
+def _diverged_note(cells: pd.DataFrame) -> str:
+    """' (k runs diverged)' when a cell table counts diverged runs and some did, else ''."""
+    if "n_diverged" not in cells:
+        return ""
+    k = int(pd.to_numeric(cells["n_diverged"], errors="coerce").fillna(0).sum())
+    return f" ({k} run{'s' if k != 1 else ''} diverged)" if k else ""
+
+
+def _diverged_handles(cells: pd.DataFrame) -> list:
+    if "n_diverged" not in cells or not (cells["n_diverged"].fillna(0) > 0).any():
+        return []
+    return [
+        Patch(
+            facecolor=NONE_FACE,
+            edgecolor=VIOLATION_COLOUR,
+            hatch="xx",
+            lw=0,
+            label="every run diverged (says nothing about emergence)",
+        )
+    ]
+
+
 def _draw_cell(ax, x: int, y: int, row, norm: LogNorm | None) -> None:
-    """A unit square at (x, y): coloured with its emergence point, or hatched with "none"."""
+    """A unit square at (x, y): coloured with its emergence point, or hatched with "none" (or
+    "diverged" when every run of the cell diverged)."""
     emerged = bool(row.emerged) and norm is not None and np.isfinite(row.tokens_pt)
-    if emerged:
+    diverged = _n_diverged(row)
+    if not emerged and row.n_runs > 0 and diverged >= row.n_runs:
+        ax.add_patch(
+            Rectangle(
+                (x - 0.5, y - 0.5),
+                1,
+                1,
+                facecolor=NONE_FACE,
+                edgecolor=VIOLATION_COLOUR,
+                hatch="xx",
+                lw=0,
+            )
+        )
+        text, colour = "diverged", VIOLATION_COLOUR
+    elif emerged:
         face = mpl.colormaps[CMAP](norm(row.tokens_pt))
         ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, facecolor=face, lw=0))
         text, colour = format_tokens(row.tokens_pt), _text_colour(face)
@@ -218,6 +271,8 @@ def _draw_cell(ax, x: int, y: int, row, norm: LogNorm | None) -> None:
     ax.add_patch(_outline(x, y, "white", lw=1.0))
     if row.n_runs > 1 and 0 < row.n_emerged < row.n_runs:
         text += f"\n{row.n_emerged}/{row.n_runs} seeds"  # a split cell: show the vote
+    if 0 < diverged < row.n_runs:
+        text += f"\n{diverged} diverged"
     # On hatching, a plain background behind the text keeps it legible.
     box = None if emerged else {"facecolor": NONE_FACE, "edgecolor": "none", "pad": 0.6}
     ax.text(x, y, text, ha="center", va="center", fontsize=6.5, color=colour, bbox=box, zorder=6)

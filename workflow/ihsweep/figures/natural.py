@@ -2,6 +2,9 @@
 
 - ``plot_run_curves``: one small panel per run, the emergence metric and AR accuracy against
   tokens seen (log axis), with the detected emergence point and its interval, or "no transition".
+  A run stopped early (emergence confirmed) or diverged ends where it stopped, at a line
+  (``ENDING_STYLE``), and its panel title says so ("stopped early at 3M", "diverged at 1.2M");
+  a diverged run's panel says why instead of "no transition".
 - ``plot_emergence_vs_BC``: emergence point against batch size B (one line per context size
   C) and against C (one line per B), in updates (top) and tokens (bottom), log-log, with the
   intervals as error bars.
@@ -10,6 +13,12 @@
 - ``plot_law_fit``: predicted against observed emergence point (updates, log-log), the identity
   line, and the fitted a, b, T, r (with 95% intervals) and the model-size coefficient c.
 
+Runs whose training diverged are never drawn as emergence points (the law fit leaves them out
+too); the titles count them, and the law-fit figure says how many runs the fit left out and why.
+Tables written before runs recorded their ``outcome`` count every run as completed, and a run
+whose model table is a single row at 0 tokens (diverged before its first checkpoint) gets an
+empty panel with its verdict.
+
 Each function writes ``<out_stem>.png`` and ``<out_stem>.pdf`` in the shared style
 (``ihsweep.figures.style``).
 """
@@ -17,6 +26,7 @@ Each function writes ``<out_stem>.png`` and ``<out_stem>.pdf`` in the shared sty
 from __future__ import annotations
 
 import math
+import re
 import textwrap
 from pathlib import Path
 
@@ -33,6 +43,7 @@ from matplotlib.ticker import (
     NullLocator,
 )
 
+from ihsweep.analysis.frontier import format_tokens
 from ihsweep.analysis.lawfit import predict_updates
 from ihsweep.figures.style import (
     MARKERS,
@@ -57,14 +68,25 @@ def plot_run_curves(model_table: pd.DataFrame, emergence: pd.DataFrame, out_stem
         fig = new_figure(2.2 * ncols + 0.6, 1.7 * nrows + 0.9)
         axes = fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False).ravel()
         varying = {c for c in ("data", "seed") if c in model_table and model_table[c].nunique() > 1}
-        for ax, (run_id, run) in zip(axes, runs, strict=False):
-            run = run[run["tokens"] > 0]
+        ended = set()
+        positive = model_table.loc[model_table["tokens"] > 0, "tokens"]
+        first_tokens = float(positive.min()) if len(positive) else math.inf
+        for ax, (run_id, whole) in zip(axes, runs, strict=False):
+            run = whole[whole["tokens"] > 0]
             ax.plot(run["tokens"], run[metric], marker="o", color=PALETTE[0])
             if metric != "ar_acc" and "ar_acc" in run:
                 ax.plot(run["tokens"], run["ar_acc"], ls="--", marker=".", color=PALETTE[1])
-            if run_id in by_run.index:
-                _mark_emergence(ax, by_run.loc[run_id])
-            ax.set_title(_run_label(run.iloc[0] if len(run) else None, run_id, varying))
+            row = by_run.loc[run_id] if run_id in by_run.index else None
+            ending = run_ending(whole, row)
+            if row is not None:
+                _mark_emergence(ax, row, ending)
+            # Where it ended, when inside the plotted range (a run that diverged before the
+            # first checkpoint would stretch every panel's shared axis; its title says where).
+            if ending["outcome"] in ENDING_STYLE and ending["tokens"] >= first_tokens:
+                ax.axvline(ending["tokens"], **ENDING_STYLE[ending["outcome"]])
+                ended.add(ending["outcome"])
+            title = _run_label(whole.iloc[0] if len(whole) else None, run_id, varying)
+            ax.set_title(title + (f"\n{ending['label']}" if ending["label"] else ""))
         _label_outer(axes, runs.ngroups, ncols)
         axes[0].set_xscale("log")
         axes[0].set_ylim(-0.03, 1.05)
@@ -77,19 +99,24 @@ def plot_run_curves(model_table: pd.DataFrame, emergence: pd.DataFrame, out_stem
             Line2D([], [], color=POINT_COLOUR, label="emergence point"),
             Patch(color=POINT_COLOUR, alpha=0.25, label="95% interval"),
         ]
+        handles += [
+            Line2D([], [], **ENDING_STYLE[o], label=o.replace("_", " "))
+            for o in ("stopped_early", "diverged")
+            if o in ended
+        ]
         method = _single_value(emergence, "method", "")
         data = ", ".join(sorted(model_table["data"].unique())) if "data" in model_table else "?"
         fig.suptitle(
             f"Emergence per run on data {data}: {METRIC_LABELS.get(metric, metric)};"
             f" method: {method}"
         )
-        fig.legend(handles=handles, loc="outside lower center", ncols=len(handles))
+        fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4))
         return save_figure(fig, out_stem)
 
 
 def plot_emergence_vs_BC(emergence: pd.DataFrame, out_stem) -> list[Path]:
     """Emergence point vs B (lines per C) and vs C (lines per B), in updates and in tokens."""
-    done = emergence[emergence["emerged"].astype(bool)] if len(emergence) else emergence
+    done = emerged_runs(emergence)
     models = _models_by_size(emergence)
     with figure_style():
         fig = new_figure(7.2, 5.8)
@@ -122,7 +149,7 @@ def plot_model_size(emergence: pd.DataFrame, fit: dict, out_stem) -> list[Path]:
     The paper's claim is that the point does not depend on model size; the fitted size
     coefficient c (``lawfit``, log10 U on log10 N beside log B and log C) is printed.
     """
-    done = emergence[emergence["emerged"].astype(bool)] if len(emergence) else emergence
+    done = emerged_runs(emergence)
     with figure_style():
         fig = new_figure(4.6, 3.6)
         ax = fig.subplots()
@@ -169,7 +196,8 @@ def plot_model_size(emergence: pd.DataFrame, fit: dict, out_stem) -> list[Path]:
 
 def plot_law_fit(emergence: pd.DataFrame, fit: dict, out_stem) -> list[Path]:
     """Predicted vs observed emergence point (updates), identity line, fitted law printed."""
-    done = emergence[emergence["emerged"].astype(bool)] if len(emergence) else emergence
+    done = emerged_runs(emergence)
+    done = done[done["run_id"].astype(str).isin(fit["run_ids"])] if "run_ids" in fit else done
     with figure_style():
         fig = new_figure(4.6, 4.0)
         ax = fig.subplots()
@@ -178,7 +206,7 @@ def plot_law_fit(emergence: pd.DataFrame, fit: dict, out_stem) -> list[Path]:
             ax.text(
                 0.03,
                 0.97,
-                _law_text(fit),
+                _law_text(fit, emergence),
                 transform=ax.transAxes,
                 va="top",
                 family="monospace",
@@ -188,7 +216,10 @@ def plot_law_fit(emergence: pd.DataFrame, fit: dict, out_stem) -> list[Path]:
             ax.text(
                 0.5,
                 0.5,
-                "law not fitted:\n" + textwrap.fill(str(fit.get("reason", "")), 40),
+                "law not fitted:\n"
+                + textwrap.fill(str(fit.get("reason", "")), 40)
+                + "\n"
+                + _left_out_text(fit, emergence),
                 transform=ax.transAxes,
                 ha="center",
                 va="center",
@@ -199,6 +230,69 @@ def plot_law_fit(emergence: pd.DataFrame, fit: dict, out_stem) -> list[Path]:
         ax.set_ylabel("observed emergence point (updates)")
         ax.set_title(_emerged_summary(emergence))
         return save_figure(fig, out_stem)
+
+
+# The line where a run's curves end when it did not train to its budget.
+ENDING_STYLE = {
+    "stopped_early": {"color": PALETTE[4], "ls": ":", "lw": 1.5},
+    "diverged": {"color": PALETTE[3], "ls": "-.", "lw": 1.2},
+}
+
+
+def outcomes(table: pd.DataFrame) -> pd.Series:
+    """Each row's ``outcome`` ("completed" where the column or the value is missing)."""
+    if "outcome" not in table:
+        return pd.Series("completed", index=table.index, dtype=object)
+    return table["outcome"].where(table["outcome"].notna(), "completed").astype(str)
+
+
+def emerged_runs(emergence: pd.DataFrame) -> pd.DataFrame:
+    """The runs drawn as emergence points: emerged and not diverged."""
+    if not len(emergence):
+        return emergence
+    keep = emergence["emerged"].astype(bool) & (outcomes(emergence) != "diverged")
+    return emergence[keep]
+
+
+def run_ending(run: pd.DataFrame, row=None) -> dict:
+    """How one run's training ended, from its emergence row (``row``, may be None) or else its
+    model table: ``outcome``, ``detail``, ``tokens`` (where it stopped; 0 when unknown) and
+    ``label``, the panel title's suffix ("" for a completed run)."""
+
+    def get(key, default):
+        for source in (row, run.iloc[0] if len(run) else None):
+            if source is not None and key in source and not _missing(source[key]):
+                return source[key]
+        return default
+
+    outcome, detail = str(get("outcome", "completed")), str(get("outcome_detail", ""))
+    trained = pd.to_numeric(run["tokens"], errors="coerce").max() if len(run) else 0
+    tokens = float(trained) if np.isfinite(trained) else 0.0
+    label = ""
+    if outcome == "stopped_early":
+        label = f"stopped early at {format_tokens(tokens)}"
+    elif outcome == "diverged":
+        step = re.search(r"\bat step (\d+)", detail)
+        per_step = _tokens_per_step(run)
+        if step and per_step:
+            tokens = float(step.group(1)) * per_step  # where the loss went, past the checkpoint
+        label = (
+            f"diverged at {format_tokens(tokens)}"
+            if tokens > 0
+            else "diverged before its first checkpoint"
+        )
+    return {"outcome": outcome, "detail": detail, "tokens": tokens, "label": label}
+
+
+def _tokens_per_step(run: pd.DataFrame) -> float | None:
+    if not len(run) or not {"batch_size", "context_size"} <= set(run.columns):
+        return None
+    value = float(run["batch_size"].iloc[0]) * float(run["context_size"].iloc[0])
+    return value if np.isfinite(value) and value > 0 else None
+
+
+def _missing(value) -> bool:
+    return value is None or (not isinstance(value, str) and bool(pd.isna(value)))
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -234,17 +328,21 @@ def _label_outer(axes, n_used: int, ncols: int) -> None:
             ax.set_xlabel("tokens seen (log scale)")
 
 
-def _mark_emergence(ax, row) -> None:
-    if bool(row["emerged"]):
+def _mark_emergence(ax, row, ending: dict | None = None) -> None:
+    diverged = ending is not None and ending["outcome"] == "diverged"
+    if bool(row["emerged"]) and not diverged:
         ax.axvspan(row["tokens_lo"], row["tokens_hi"], color=POINT_COLOUR, alpha=0.25, lw=0)
         ax.axvline(row["tokens_pt"], color=POINT_COLOUR, lw=1.2)
     else:
         # The reason's first clause says which rule fired; the rest is in the CSV.
         reason = str(row["reason"]).split(":")[0]
+        text = "no transition\n" + textwrap.fill(reason, 34)
+        if diverged:  # not "no transition": the run said nothing about emergence
+            text = "diverged\n" + textwrap.fill(ending["detail"], 34)
         ax.text(
             0.04,
             0.95,
-            "no transition\n" + textwrap.fill(reason, 34),
+            text,
             transform=ax.transAxes,
             va="top",
             fontsize=7,
@@ -366,7 +464,17 @@ def _plot_law_points(ax, done: pd.DataFrame, fit: dict) -> None:
     ax.legend(handles=handles, loc="lower right", ncols=2)
 
 
-def _law_text(fit: dict) -> str:
+def _left_out_text(fit: dict, emergence: pd.DataFrame) -> str:
+    """'left out: k not emerged, d diverged', from the fit (or counted on the table)."""
+    if "n_diverged" in fit:
+        not_emerged, diverged = fit.get("n_not_emerged", 0), fit["n_diverged"]
+    else:  # a fit from before outcomes were recorded
+        diverged = int((outcomes(emergence) == "diverged").sum()) if len(emergence) else 0
+        not_emerged = len(emergence) - len(emerged_runs(emergence)) - diverged
+    return f"left out: {not_emerged} not emerged, {diverged} diverged"
+
+
+def _law_text(fit: dict, emergence: pd.DataFrame | None = None) -> str:
     def est(name: str, key: str, digits: int = 2) -> str:
         ci = fit.get(f"{key}_ci")
         interval = f" [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]" if ci else ""
@@ -381,6 +489,7 @@ def _law_text(fit: dict) -> str:
         f"LOO RMSE = {fit['loo_rmse_log10']:.3f} dex" if fit.get("loo_rmse_log10") else "",
         est("c (log10 N)", "c") if fit.get("c") is not None else "c: not tested",
         f"n = {fit['n_runs']} runs, 95% bootstrap CIs",
+        _left_out_text(fit, pd.DataFrame() if emergence is None else emergence),
         "(paper: a = 0.37, b = 0.62)",
     ]
     return "\n".join(line for line in lines if line)
@@ -388,8 +497,11 @@ def _law_text(fit: dict) -> str:
 
 def _emerged_summary(emergence: pd.DataFrame) -> str:
     n = len(emergence)
-    k = int(emergence["emerged"].astype(bool).sum()) if n else 0
+    k = len(emerged_runs(emergence)) if n else 0
+    diverged = int((outcomes(emergence) == "diverged").sum()) if n else 0
     metric = _single_value(emergence, "metric", "?")
     method = _single_value(emergence, "method", "?")
     summary = f"{metric}, {method}: {k} of {n} runs emerged"
+    if diverged:
+        summary += f" ({diverged} diverged)"
     return summary + ("; the others are not shown" if k < n else "")

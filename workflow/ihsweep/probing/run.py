@@ -4,7 +4,10 @@
 Columns (one row per checkpoint and head / per checkpoint):
 - heads: run_id, data, model, batch_size, context_size, seed, step, tokens, layer, head, ps, la
 - model: run_id, data, model, n_params, batch_size, context_size, seed, step, tokens, ar_acc,
-  ar_rank, ps_max, la_max, ps_la_corr, train_loss, val_loss
+  ar_rank, ps_max, la_max, ps_la_corr, train_loss, val_loss, and from the run's run.json (the
+  same on every row): budget (tokens), outcome (completed | stopped_early | diverged),
+  outcome_detail (why it stopped or diverged; "" when completed), predicted_tokens (the
+  emergence point the study's ``checkpoints.densify`` law predicted; NaN without one)
 
 Each checkpoint's result is cached in ``probes/cache/step_XXXXXX.parquet`` (outside the declared
 outputs, which Snakemake deletes before a rerun), keyed by the run spec and probe settings, so a
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -22,7 +26,7 @@ import torch
 
 from ihsweep.io import read_parquet_key, write_parquet
 from ihsweep.probing.scores import make_probe_batch, probe_model
-from ihsweep.training.checkpoints import list_checkpoints, load_weights
+from ihsweep.training.checkpoints import list_checkpoints, load_checkpoint_weights
 from ihsweep.training.model import GPT, GPTConfig
 
 RUN_COLUMNS = ["run_id", "data", "model", "batch_size", "context_size", "seed"]
@@ -45,6 +49,8 @@ MODEL_COLUMNS = [
     "train_loss",
     "val_loss",
 ]
+# Added by ``with_run_record`` from the run's run.json: the same on every row of a run.
+RECORD_COLUMNS = ["budget", "outcome", "outcome_detail", "predicted_tokens"]
 
 
 def cache_key(ckpt: dict, probe: dict) -> str:
@@ -56,7 +62,7 @@ def probe_checkpoint(ckpt: dict, probe: dict, device: torch.device) -> pd.DataFr
     """Heads table of one checkpoint, with the model-level numbers repeated on every row."""
     spec = ckpt["spec"]
     model = GPT(GPTConfig(**ckpt["model_config"]))
-    model.load_state_dict(load_weights(ckpt["weights"]))
+    model.load_state_dict(load_checkpoint_weights(ckpt))  # verified: DamagedFile if damaged
     model.to(device)
     batch = make_probe_batch(
         model.cfg.vocab_size,
@@ -79,9 +85,17 @@ def probe_checkpoint(ckpt: dict, probe: dict, device: torch.device) -> pd.DataFr
     return heads
 
 
-def probe_run(run_dir: Path, probe: dict, device: torch.device) -> tuple[pd.DataFrame, ...]:
+def probe_run(
+    run_dir: Path, probe: dict, device: torch.device, allow_empty: bool = False
+) -> tuple[pd.DataFrame, ...]:
+    """The heads and model tables of every checkpoint of the run (the cache's where it holds
+    them); with ``allow_empty``, a run without checkpoints gives two empty tables."""
     frames = []
-    for ckpt in list_checkpoints(run_dir):
+    damaged = []
+    checkpoints = list_checkpoints(run_dir, damaged)
+    if damaged:  # probing around a damaged checkpoint would leave a gap in the tables
+        raise damaged[0]
+    for ckpt in checkpoints:
         cache = Path(run_dir) / "probes" / "cache" / f"step_{ckpt['step']:06d}.parquet"
         key = cache_key(ckpt, probe)
         if cache.exists() and read_parquet_key(cache) == key:
@@ -96,8 +110,31 @@ def probe_run(run_dir: Path, probe: dict, device: torch.device) -> tuple[pd.Data
         )
         frames.append(df)
     if not frames:
-        raise FileNotFoundError(f"no checkpoints under {run_dir}/ckpt")
+        if not allow_empty:
+            raise FileNotFoundError(f"no checkpoints under {run_dir}/ckpt")
+        return pd.DataFrame(columns=HEAD_COLUMNS), pd.DataFrame(columns=MODEL_COLUMNS)
     full = pd.concat(frames, ignore_index=True)
     heads = full[HEAD_COLUMNS].sort_values(["step", "layer", "head"], ignore_index=True)
     model = full.drop_duplicates("step")[MODEL_COLUMNS].sort_values("step", ignore_index=True)
     return heads, model
+
+
+def with_run_record(model: pd.DataFrame, record: dict) -> pd.DataFrame:
+    """The model table with the run's completion record (``run.json``) on every row: its
+    ``RECORD_COLUMNS``, so that later steps see how the run ended from its table alone. A run
+    that diverged before its first checkpoint gets one row at step 0 with NaN metrics, so that
+    it is listed (as diverged) rather than missing."""
+    spec = record["spec"]
+    if model.empty:
+        row = {c: spec[c] for c in RUN_COLUMNS}
+        row.update(n_params=record["n_params"], step=0, tokens=0)
+        model = pd.DataFrame([row], columns=MODEL_COLUMNS)
+        for column in MODEL_COLUMNS[MODEL_COLUMNS.index("ar_acc") :]:
+            model[column] = model[column].astype(float)
+    prediction = spec.get("prediction") or {}
+    return model.assign(
+        budget=spec["total_steps"] * spec["batch_size"] * spec["context_size"],
+        outcome=record.get("outcome", "completed"),
+        outcome_detail=record.get("outcome_detail", ""),
+        predicted_tokens=float(prediction.get("tokens", math.nan)),
+    )

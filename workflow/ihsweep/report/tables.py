@@ -4,11 +4,23 @@ Snakemake's report shows an HTML result in a frame but offers a CSV only as a do
 tables a reader looks at first (emergence per run, the law fit, emergence per Markov run) are
 also written as HTML, with readable headers and rounded numbers. The CSV files stay the data
 (every digit, documented columns); these pages are derived from them and hold nothing else.
+
+Both emergence pages say how each run's training ended (``outcome``: completed, stopped early
+once its emergence was confirmed, or diverged) and the tokens it trained against its budget,
+and open with a totals line: tokens trained against the budget over all runs with the saving,
+and how many runs stopped early or diverged. A diverged run reads "diverged" (its row in red),
+not "not emerged": it says nothing about when induction heads form, and the law fit leaves it
+out. The natural page adds each run's predicted emergence point (recorded with the run, from
+``checkpoints.densify``) and whether it lies inside the observed 95% interval, with the count
+("the law predicted N of M emerged runs within their interval"). Tables written before runs
+recorded their outcome (no ``outcome``, ``tokens_trained``, ``budget`` or prediction columns)
+show every run as completed and leave those cells empty.
 """
 
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -38,14 +50,22 @@ th { text-align: left; background: #f1f5f9; position: sticky; top: 0; }
 td.num { text-align: right; font-variant-numeric: tabular-nums; }
 td.note { white-space: normal; min-width: 24em; color: #64748b; }
 tr.no td { color: #94a3b8; }
+tr.diverged td { color: #b91c1c; }
+p.summary { color: #1e293b; }
 """
+
+OUTCOME_LABELS = {
+    "completed": "completed",
+    "stopped_early": "stopped early",
+    "diverged": "diverged",
+}
 
 
 def _number(digits: int) -> Callable[[float], str]:
     return lambda x: "" if pd.isna(x) else f"{x:.{digits}g}"
 
 
-def _tokens_ci(row) -> str:
+def _point_ci(row) -> str:
     if not row["emerged"]:
         return "none"
     lo, hi = row["tokens_lo"], row["tokens_hi"]
@@ -61,13 +81,99 @@ def _yes_no(x) -> str:
     return "yes" if x else "no"
 
 
-def _not_emerged(row) -> bool:
-    return not row["emerged"]
+def _outcome(row) -> str:
+    """The run's outcome ("completed" in tables written before runs recorded one)."""
+    value = row.get("outcome")
+    return "completed" if value is None or pd.isna(value) else str(value)
 
 
-def render(title: str, note: str, columns: dict, table: pd.DataFrame, dim=None) -> str:
+def _diverged(row) -> bool:
+    return _outcome(row) == "diverged"
+
+
+def _row_class(row) -> str:
+    """Diverged runs in red, runs without a transition greyed out, the others plain."""
+    return "diverged" if _diverged(row) else "no" if not row["emerged"] else ""
+
+
+def _emerged(row) -> str:
+    return "diverged" if _diverged(row) else _yes_no(row["emerged"])
+
+
+def _tokens_ci(row) -> str:
+    if _diverged(row):
+        return "diverged"
+    return _point_ci(row)
+
+
+def _updates_cell(row) -> str:
+    return "diverged" if _diverged(row) else _updates(row)
+
+
+def _trained(row) -> str:
+    """Tokens trained / budget, e.g. "1.5M / 4M" (only what is known)."""
+    trained, budget = row.get("tokens_trained"), row.get("budget")
+    have = [not (x is None or pd.isna(x)) for x in (trained, budget)]
+    if all(have):
+        return f"{format_tokens(trained, 3)} / {format_tokens(budget, 3)}"
+    return format_tokens(trained, 3) if have[0] else ""
+
+
+def _predicted(row) -> str:
+    value = row.get("predicted_tokens")
+    return "" if value is None or pd.isna(value) else format_tokens(value, 3)
+
+
+def _within(row) -> str:
+    value = row.get("predicted_within")
+    return "" if value is None or pd.isna(value) else _yes_no(bool(value))
+
+
+def _column(table: pd.DataFrame, name: str, default=math.nan) -> pd.Series:
+    return table[name] if name in table else pd.Series(default, index=table.index)
+
+
+def totals(table: pd.DataFrame) -> str:
+    """Tokens trained against the budget in total (and the saving), runs stopped early and
+    diverged: the first line of the emergence pages ("" for an empty table)."""
+    if not len(table):
+        return ""
+    outcome = _column(table, "outcome", "completed").fillna("completed")
+    counts = (
+        f"{int((outcome == 'stopped_early').sum())} of {len(table)} runs stopped early once"
+        f" emergence was confirmed, {int((outcome == 'diverged').sum())} diverged."
+    )
+    trained = pd.to_numeric(_column(table, "tokens_trained"), errors="coerce")
+    budget = pd.to_numeric(_column(table, "budget"), errors="coerce")
+    if trained.isna().any() or budget.isna().any() or not budget.sum() > 0:
+        return counts
+    saved = 100 * (1 - trained.sum() / budget.sum())
+    return (
+        f"Tokens trained: {format_tokens(trained.sum(), 3)} of a"
+        f" {format_tokens(budget.sum(), 3)} budget in total ({saved:.0f}% saved). " + counts
+    )
+
+
+def prediction_count(table: pd.DataFrame) -> str:
+    """The sentence "the law predicted N of M emerged runs within their interval", over the
+    emerged runs with a prediction ("" when there are none)."""
+    judged = _column(table, "predicted_within", pd.NA).dropna()
+    if not len(judged):
+        return ""
+    inside = int(judged.astype(bool).sum())
+    return (
+        f"The law predicted {inside} of {len(judged)} emerged runs within their interval"
+        " (the point recorded with the run against its observed 95% interval)."
+    )
+
+
+def render(
+    title: str, note: str, columns: dict, table: pd.DataFrame, dim=None, summary: str = ""
+) -> str:
     """An HTML page with one table. ``columns`` maps a header to ``(cell function, css class)``;
-    ``dim`` (a function of a row) greys out rows, e.g. runs without a transition."""
+    ``dim`` (a function of a row) greys out rows, e.g. runs without a transition: True for the
+    grey ``no`` class, or a string naming the row's class ("" for none). ``summary``, when
+    given, is a paragraph above the table (totals)."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in columns)
     rows = []
     for _, row in table.iterrows():
@@ -75,13 +181,16 @@ def render(title: str, note: str, columns: dict, table: pd.DataFrame, dim=None) 
             f'<td class="{css}">{html.escape(str(cell(row)))}</td>'
             for cell, css in columns.values()
         )
-        grey = ' class="no"' if dim is not None and dim(row) else ""
+        css = dim(row) if dim is not None else ""
+        css = "no" if css is True else css or ""
+        grey = f' class="{css}"' if css else ""
         rows.append(f"<tr{grey}>{cells}</tr>")
     body = "\n".join(rows)
+    totals_line = f'<p class="summary">{html.escape(summary)}</p>\n' if summary else ""
     return (
         '<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>\n"
-        f"<h1>{html.escape(title)}</h1><p>{html.escape(note)}</p>\n"
+        f"<h1>{html.escape(title)}</h1><p>{html.escape(note)}</p>\n{totals_line}"
         f"<table><thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>\n"
         "</body></html>\n"
     )
@@ -94,21 +203,32 @@ def natural_emergence(emergence: pd.DataFrame, metric: str) -> str:
         "B": (lambda r: r["batch_size"], "num"),
         "C": (lambda r: r["context_size"], "num"),
         "seed": (lambda r: r["seed"], "num"),
-        "emerged": (lambda r: _yes_no(r["emerged"]), "text"),
+        "emerged": (_emerged, "text"),
         "tokens [95% CI]": (_tokens_ci, "num"),
-        "updates": (_updates, "num"),
+        "updates": (_updates_cell, "num"),
         f"rise of {metric}": (lambda r: _number(2)(r["rise"]), "num"),
         "note": (lambda r: "" if pd.isna(r["reason"]) else r["reason"], "note"),
+        "outcome": (lambda r: OUTCOME_LABELS.get(_outcome(r), _outcome(r)), "text"),
+        "tokens trained / budget": (_trained, "num"),
+        "predicted tokens": (_predicted, "num"),
+        "prediction within CI": (_within, "text"),
     }
     note = (
         f"Emergence point of each run: where {metric} rises (and stays up) to the end of the "
-        "budget, in tokens with its 95% interval and in optimiser updates. Data: emergence.csv."
+        "budget, in tokens with its 95% interval and in optimiser updates; how its training "
+        "ended and the tokens it trained; the emergence point the law predicted for it and "
+        "whether that lies inside the observed interval. Diverged runs are left out of the law "
+        "fit, as are runs without a transition. Data: emergence.csv."
     )
+    summary = " ".join(s for s in (totals(emergence), prediction_count(emergence)) if s)
     table = emergence.sort_values(["data", "model", "batch_size", "context_size", "seed"])
-    return render("Emergence per run", note, columns, table, _not_emerged)
+    return render("Emergence per run", note, columns, table, _row_class, summary)
 
 
-def law_fit(table: pd.DataFrame) -> str:
+def law_fit(table: pd.DataFrame, fit: dict | None = None) -> str:
+    """The law fit page from ``lawfit.fit_table``; with the ``fit_law`` result ``fit``, its note
+    also says which runs the fit left out and why (no transition within the budget, diverged)."""
+
     def ci(row) -> str:
         if pd.isna(row["ci_low"]):
             return ""
@@ -124,7 +244,20 @@ def law_fit(table: pd.DataFrame) -> str:
         "The fitted law U_pt = T / (B^a C^b) over the runs that emerged, with bootstrap "
         "intervals; c comes from the extended fit with the parameter count. Data: lawfit.csv."
     )
-    return render("Law fit", note, columns, table)
+    return render("Law fit", note, columns, table, summary=left_out(fit) if fit else "")
+
+
+def left_out(fit: dict) -> str:
+    """What the law fit left out and why, from a ``fit_law`` result ("" for an older one)."""
+    if "n_diverged" not in fit:
+        return ""
+    ids = fit.get("diverged_run_ids") or []
+    diverged = f" ({', '.join(ids)})" if ids else ""
+    return (
+        f"Fitted on {fit.get('n_runs', 0)} of {fit.get('n_table_runs', '?')} runs; left out:"
+        f" {fit.get('n_not_emerged', 0)} without a transition within the budget,"
+        f" {fit['n_diverged']} diverged{diverged}."
+    )
 
 
 def markov_emergence(runs: pd.DataFrame, metric: str) -> str:
@@ -138,17 +271,22 @@ def markov_emergence(runs: pd.DataFrame, metric: str) -> str:
         "B": (lambda r: r["batch_size"], "num"),
         "C": (lambda r: r["context_size"], "num"),
         "seed": (lambda r: r["seed"], "num"),
-        "emerged": (lambda r: _yes_no(r["emerged"]), "text"),
+        "emerged": (_emerged, "text"),
         "tokens [95% CI]": (_tokens_ci, "num"),
         f"rise of {metric}": (lambda r: _number(2)(r["rise"]), "num"),
+        "outcome": (lambda r: OUTCOME_LABELS.get(_outcome(r), _outcome(r)), "text"),
+        "tokens trained / budget": (_trained, "num"),
+        "note": (lambda r: "" if pd.isna(r.get("reason")) else r["reason"], "note"),
     }
     note = (
         "Emergence per Markov run with the requested repetition frequency f and reliability r "
-        "and the values measured on the generated training data. Data: emergence.csv."
+        "and the values measured on the generated training data; how its training ended and "
+        "the tokens it trained. A diverged run says nothing about whether induction heads form "
+        "at its (f, r). Data: emergence.csv."
     )
     keys = ["grid", "frequency", "reliability", "model", "batch_size", "context_size", "seed"]
     table = runs.sort_values(keys)
-    return render("Emergence per Markov run", note, columns, table, _not_emerged)
+    return render("Emergence per Markov run", note, columns, table, _row_class, totals(runs))
 
 
 def write_page(path: str | Path, page: str) -> None:

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         fit_rows.to_csv(tmp, index=False)
     page = tables.natural_emergence(emergence, spec["metric"])
     tables.write_page(path("emergence.html"), page)
-    tables.write_page(path("lawfit.html"), tables.law_fit(fit_rows))
+    tables.write_page(path("lawfit.html"), tables.law_fit(fit_rows, fit))
 
     stem = Path(out) / "figures"
     figures.plot_run_curves(model_table, emergence, stem / "run_curves")

@@ -7,14 +7,18 @@
 
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
 
 import torch
 
 from ihsweep.config import complete
 from ihsweep.io import write_parquet
-from ihsweep.probing.run import probe_run
+from ihsweep.layout import RUN_JSON
+from ihsweep.probing.run import probe_run, with_run_record
 from ihsweep.steps import _args
+from ihsweep.training.checkpoints import DamagedFile
 from ihsweep.training.loop import pick_device
 
 
@@ -29,7 +33,14 @@ def main(argv: list[str] | None = None) -> int:
     execution = _args.execution(args)
     torch.set_num_threads(execution["threads"])
     probe = complete("probe", args.probe)
-    heads, model = probe_run(args.run_dir, probe, pick_device(execution["device"]))
+    record = json.loads((args.run_dir / RUN_JSON).read_text())
+    diverged = record.get("outcome") == "diverged"
+    try:
+        heads, model = probe_run(args.run_dir, probe, pick_device(execution["device"]), diverged)
+    except DamagedFile as err:  # a file to rewrite, not a bug: its name, not a traceback
+        print(err, file=sys.stderr)
+        return 1
+    model = with_run_record(model, record)
     write_parquet(heads, args.heads)
     write_parquet(model, args.model_table)
     return 0

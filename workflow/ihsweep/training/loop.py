@@ -33,10 +33,13 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from ihsweep import cost
+from ihsweep.analysis.emergence import confirmed_emergence
 from ihsweep.data.chunks import open_chunks, read_chunks_meta
 from ihsweep.io import write_json
 from ihsweep.layout import LOSS_CSV, PROGRESS_JSON, RUN_JSON
+from ihsweep.probing.run import probe_run
 from ihsweep.training.checkpoints import (
+    DamagedFile,
     list_checkpoints,
     load_resume_state,
     save_checkpoint,
@@ -91,11 +94,17 @@ def pick_device(name: str) -> torch.device:
 # Logging cadence changes what is written, not what is computed: changing it keeps the state.
 # (Device, threads and the progress interval are not in the spec at all: execution settings.)
 EXECUTION_KEYS = ("log_every",)
+# When a run stops (early once emergence is confirmed, or on divergence) decides how far it
+# trains, not what any step computes: a run stopped early is the prefix of the full run, and
+# changing these settings resumes it from its saved state instead of retraining it.
+STOPPING_KEYS = ("stop_after_emergence", "divergence_tokens")
 
 
 def spec_hash(spec: dict) -> str:
-    training = {k: v for k, v in spec["training"].items() if k not in EXECUTION_KEYS}
-    blob = json.dumps({**spec, "training": training}, sort_keys=True)
+    ignored = (*EXECUTION_KEYS, *STOPPING_KEYS)
+    training = {k: v for k, v in spec["training"].items() if k not in ignored}
+    kept = {k: v for k, v in spec.items() if k != "early_stop"}
+    blob = json.dumps({**kept, "training": training}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -356,11 +365,21 @@ def _train(
     )
 
     # --- resume, unless the saved state belongs to a different spec (then start afresh)
-    step, fingerprint = 0, spec_hash(spec)
+    # A damaged checkpoint is rewritten by training through its step again, so the run resumes
+    # from the newest good state no later than the earliest damaged checkpoint (from step 0 if
+    # there is none). Each damaged file is named in the log.
+    step, fingerprint, run_id = 0, spec_hash(spec), spec["run_id"]
     loss_log = run_dir / LOSS_CSV
-    state = load_resume_state(run_dir)
+    damaged: list[DamagedFile] = []
+    list_checkpoints(run_dir, damaged)
+    redo = min((d.step for d in damaged if d.step in ckpt_steps), default=None)
+    state, damaged_states = load_resume_state(run_dir, max_step=redo)
+    for err in damaged + damaged_states:
+        print(f"[{run_id}] {err}", flush=True)
+        for path in err.files:  # useless now; a damaged state must not become resume.prev
+            path.unlink(missing_ok=True)
     if state is not None and state["spec_hash"] != fingerprint:
-        print(f"[{spec['run_id']}] spec changed since the saved state: starting afresh", flush=True)
+        print(f"[{run_id}] spec changed since the saved state: starting afresh", flush=True)
         for sub in ("ckpt", "state", "probes"):
             shutil.rmtree(run_dir / sub, ignore_errors=True)
         loss_log.unlink(missing_ok=True)
@@ -374,26 +393,31 @@ def _train(
         optim.load_state_dict(state["optim"])
         torch.set_rng_state(state["rng_cpu"])
         step = int(state["step"])
-        print(f"[{spec['run_id']}] resuming at step {step}/{total_steps}", flush=True)
+        print(f"[{run_id}] resuming at step {step}/{total_steps}", flush=True)
     _truncate_loss_log(loss_log, step)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_progress(run_dir, "running", step, total_steps, B * C, None)
     if not loss_log.exists():
         loss_log.write_text("step,tokens,split,loss,lr\n")
 
+    def write_checkpoint(step: int, train_loss: float) -> float:
+        """Save the model as the checkpoint of ``step``; returns its val loss."""
+        val_loss = evaluate(model, val_batches, micro_batch, device, autocast)
+        ckpt_meta = {
+            "run_id": run_id,
+            "tokens": step * B * C,
+            "train_loss": train_loss,
+            "val_loss": val_loss,
+            "model_config": cfg.to_dict(),
+            "n_params": model.n_params(),
+            "spec": spec,
+        }
+        save_checkpoint(run_dir, step, model, ckpt_meta)
+        return val_loss
+
     def save(step: int, train_loss: float, with_checkpoint: bool) -> None:
         if with_checkpoint:
-            val_loss = evaluate(model, val_batches, micro_batch, device, autocast)
-            ckpt_meta = {
-                "run_id": spec["run_id"],
-                "tokens": step * B * C,
-                "train_loss": train_loss,
-                "val_loss": val_loss,
-                "model_config": cfg.to_dict(),
-                "n_params": model.n_params(),
-                "spec": spec,
-            }
-            save_checkpoint(run_dir, step, model, ckpt_meta)
+            val_loss = write_checkpoint(step, train_loss)
             with open(loss_log, "a") as f:
                 f.write(f"{step},{step * B * C},val,{val_loss:.6f},\n")
         save_resume_state(
@@ -408,6 +432,13 @@ def _train(
             },
         )
 
+    if state is not None and 0 < step == redo:
+        # The state saved with the damaged checkpoint: the same weights give the same file, its
+        # train loss is the mean of the state's window (as when it was saved), and the val loss
+        # is computed again (evaluation draws no random numbers). loss.csv still has its row.
+        write_checkpoint(step, float(np.mean(state["recent_losses"].tolist())))
+        print(f"[{run_id}] rewrote the checkpoint of step {step} from the saved state", flush=True)
+
     if step == 0 and 0 in ckpt_steps:
         save(0, float("nan"), True)
 
@@ -417,14 +448,42 @@ def _train(
     model.train()
     progress = Progress(progress_seconds, step)  # also times the session for the summary
     unread: list[torch.Tensor] = []  # losses still on the device, read when a line needs them
+    watch = DivergenceWatch(
+        cfg.vocab_size, tcfg["divergence_tokens"], B * C, _logged_train_losses(loss_log)
+    )
+    rule = spec.get("early_stop")
 
-    def read_losses() -> None:
-        if unread:
-            values = torch.stack(unread).tolist()
-            unread.clear()
-            recent.extend(values)
-            for value in values:
-                progress.add(value)
+    def read_losses() -> tuple[int, str] | None:
+        """Move the unread losses to the host; (step, why) if one of them is not finite."""
+        if not unread:
+            return None
+        values = torch.stack(unread).tolist()
+        unread.clear()
+        recent.extend(values)
+        for value in values:
+            progress.add(value)
+        return watch.check_finite(step - len(values) + 1, values)
+
+    def finish(outcome: str, detail: str = "") -> dict:
+        return _finish(spec, run_dir, model, device, micro_batch, step, recent, progress,
+                       fingerprint, outcome, detail)  # fmt: skip
+
+    def emergence_confirmed() -> str | None:
+        """Probe the checkpoints so far (the probe step's code and cache) and apply the rule."""
+        _, series = probe_run(run_dir, rule["probe"], device)
+        model.train()
+        return confirmed_emergence(series, rule["emergence"], rule["margin_decades"])
+
+    def stops_early() -> str | None:
+        """Why the run stops at this checkpoint before its budget (None: it goes on). Every
+        checkpoint is probed, the last one too, so the probe step finds them all cached."""
+        if rule is None:
+            return None
+        reason = emergence_confirmed()
+        return reason if step < total_steps else None
+
+    if step in ckpt_steps and (reason := stops_early()):
+        return finish("stopped_early", reason)  # resumed where it had stopped: it stops again
 
     while step < total_steps:
         lr = lr_at(step, total_steps, tcfg["lr"], tcfg["warmup_fraction"])
@@ -437,12 +496,20 @@ def _train(
         log_row = step % tcfg["log_every"] == 0 or step == total_steps
         line_due = progress.due(step, total_steps)
         stopping = stop.signum is not None or step == stop_after_step
+        diverged = None
         if log_row or line_due or step in ckpt_steps or stopping:
-            read_losses()
-        if log_row:
+            diverged = read_losses()
+        if log_row and not diverged:
             train_loss = float(np.mean(recent[-tcfg["log_every"] :]))
             with open(loss_log, "a") as f:
                 f.write(f"{step},{step * B * C},train,{train_loss:.6f},{lr:.6g}\n")
+            diverged = watch.check_logged(step, train_loss)
+        if diverged:
+            bad_step, why = diverged  # the lr of the update that gave the loss of bad_step
+            bad_lr = lr_at(bad_step - 1, total_steps, tcfg["lr"], tcfg["warmup_fraction"])
+            detail = f"{why} at step {bad_step} (lr {bad_lr:.4g})"
+            print(f"[{spec['run_id']}] diverged: {detail}; stopped at step {step}", flush=True)
+            return finish("diverged", detail)
         if line_due:
             line = progress.line(step, total_steps, B * C, flops_per_token)
             print(f"[{spec['run_id']}] {line}", flush=True)
@@ -450,6 +517,9 @@ def _train(
         if step in ckpt_steps:
             save(step, float(np.mean(recent[-tcfg["log_every"] :])), True)
             del recent[: -tcfg["log_every"]]
+            if reason := stops_early():
+                print(f"[{spec['run_id']}] {reason}", flush=True)
+                return finish("stopped_early", reason)
         if stopping:
             if step not in ckpt_steps:
                 save(step, float("nan"), False)
@@ -463,39 +533,98 @@ def _train(
                 )
                 sys.exit(EXIT_INTERRUPTED)
             return {}
+    return finish("completed")
 
+
+class DivergenceWatch:
+    """Whether a run has diverged: a non-finite train loss (checked on every loss the moment
+    it reaches the host, at most ``log_every`` updates after it was computed), or, with
+    ``training.divergence_tokens``, logged train losses above ln(vocabulary size) for that many
+    tokens. ln V is the loss of the uniform prediction an initialised model makes; a model that
+    stays worse than that is not learning. It counts from the last logged loss at or below it,
+    which ``loss.csv`` keeps, so a resumed run decides the same."""
+
+    def __init__(self, vocab_size: int, patience_tokens, tokens_per_step, logged):
+        self.ceiling = math.log(vocab_size)
+        self.patience = None if patience_tokens is None else patience_tokens / tokens_per_step
+        self.tokens_per_step = tokens_per_step
+        self.last_good = max((s for s, loss in logged if loss <= self.ceiling), default=0)
+
+    def check_finite(self, first_step: int, losses: list[float]) -> tuple[int, str] | None:
+        for i, loss in enumerate(losses):
+            if not math.isfinite(loss):
+                return first_step + i, f"train loss {loss}"
+        return None
+
+    def check_logged(self, step: int, loss: float) -> tuple[int, str] | None:
+        if loss <= self.ceiling:
+            self.last_good = step
+            return None
+        if self.patience is not None and step - self.last_good >= self.patience:
+            tokens = (step - self.last_good) * self.tokens_per_step
+            return step, (
+                f"train loss {loss:.4f}, above ln(vocabulary) = {self.ceiling:.4f} (the uniform"
+                f" prediction) for {tokens} tokens,"
+            )
+        return None
+
+
+def _logged_train_losses(loss_log: Path) -> list[tuple[int, float]]:
+    rows = [line.split(",") for line in loss_log.read_text().splitlines()[1:]]
+    return [(int(r[0]), float(r[3])) for r in rows if r[2] == "train"]
+
+
+def _finish(spec, run_dir, model, device, micro_batch, step, recent, progress, fingerprint,
+            outcome, detail):  # fmt: skip
+    """Write the completion record ``run.json`` of a run that ended (``outcome``: completed,
+    stopped_early or diverged, ``outcome_detail`` says why) and its last progress record."""
+    B, C = spec["batch_size"], spec["context_size"]
+    log_every = spec["training"]["log_every"]
     elapsed = time.perf_counter() - progress.start_time
     step0, checkpoints = progress.start_step, list_checkpoints(run_dir)
+    final_loss = float(np.mean(recent[-log_every:])) if recent else math.nan
     summary = {
         "run_id": spec["run_id"],
-        "steps": total_steps,
-        "tokens": total_steps * B * C,
+        "outcome": outcome,
+        "outcome_detail": detail,
+        "steps": step,
+        "tokens": step * B * C,
+        "total_steps": spec["total_steps"],
+        "budget": spec["total_steps"] * B * C,
+        "prediction": spec.get("prediction"),
         "n_params": model.n_params(),
         "device": str(device),
         "micro_batch": micro_batch,
         "checkpoints": [m["step"] for m in checkpoints],
-        "final_train_loss": float(np.mean(recent[-tcfg["log_every"] :])) if recent else None,
+        "final_train_loss": final_loss if math.isfinite(final_loss) else None,
         "seconds_this_session": round(elapsed, 1),
         "tokens_per_second_this_session": round((step - step0) * B * C / elapsed, 1)
         if step > step0
         else None,
         "spec_hash": fingerprint,
+        "spec": spec,
     }
-    write_progress(
-        run_dir, "done", step, total_steps, B * C, summary["tokens_per_second_this_session"]
-    )
+    speed = summary["tokens_per_second_this_session"]
+    if outcome == "diverged":
+        write_progress(run_dir, "diverged", step, spec["total_steps"], B * C, speed, error=detail)
+    else:
+        write_progress(run_dir, "done", step, spec["total_steps"], B * C, speed, outcome=outcome)
     write_json(run_dir / RUN_JSON, summary)
-    print(f"[{spec['run_id']}] {summary_line(summary, checkpoints[-1])}", flush=True)
+    print(f"[{spec['run_id']}] {summary_line(summary, checkpoints)}", flush=True)
     return summary
 
 
-def summary_line(summary: dict, last_checkpoint: dict) -> str:
-    """The log's last line: what the run reached, its final losses and this session's speed."""
+def summary_line(summary: dict, checkpoints: list[dict]) -> str:
+    """The log's last line: how the run ended, what it reached (of its budget), its final
+    losses and this session's speed."""
     train_loss, speed = summary["final_train_loss"], summary["tokens_per_second_this_session"]
+    val_loss = f"{checkpoints[-1]['val_loss']:.4f}" if checkpoints else "n/a"
+    ending = {"completed": "done", "stopped_early": "stopped early", "diverged": "diverged"}
     return (
-        f"done: {summary['steps']} steps, {summary['tokens'] / 1e6:.2f}M tokens"
+        f"{ending[summary['outcome']]}: {summary['steps']} of {summary['total_steps']} steps,"
+        f" {summary['tokens'] / 1e6:.2f}M of {summary['budget'] / 1e6:.2f}M tokens"
         f" | final train loss {'n/a' if train_loss is None else f'{train_loss:.4f}'}"
-        f", val loss {last_checkpoint['val_loss']:.4f}"
+        f", val loss {val_loss}"
         f" | {summary['seconds_this_session']:.0f} s this session"
         + ("" if speed is None else f" at {speed / 1e3:.1f}k tok/s")
     )
