@@ -26,6 +26,7 @@ from ihsweep.config import prepare
 from ihsweep.layout import PROGRESS_JSON, RUN_JSON
 from ihsweep.probing.run import probe_run, with_run_record
 from ihsweep.steps import probe as probe_command
+from ihsweep.training import loop
 from ihsweep.training.checkpoints import list_checkpoints
 from ihsweep.training.loop import DivergenceWatch, spec_hash, train
 from test_train import (
@@ -111,6 +112,25 @@ def test_a_loss_above_the_uniform_prediction_for_the_stretch_is_divergence(data_
     assert train(make_spec(**common), data_dir, tmp_path / "on", **CPU)["outcome"] == "completed"
     # The stopping settings are not part of the run: its fingerprint is the same.
     assert spec_hash(spec) == spec_hash(make_spec(**common))
+
+
+def test_a_non_finite_validation_loss_writes_no_checkpoint_and_records_diverged(
+    data_dir, tmp_path, monkeypatch
+):
+    """Weights broken by the last update before a checkpoint show first in its validation loss
+    (injected here): the run ends as diverged instead of failing in the JSON encoder."""
+    evaluate = loop.evaluate
+    calls = []
+
+    def broken_at_second_checkpoint(*args):
+        calls.append(1)
+        return math.nan if len(calls) == 2 else evaluate(*args)
+
+    monkeypatch.setattr(loop, "evaluate", broken_at_second_checkpoint)
+    summary = train(make_spec(steps=60, every=20), data_dir, tmp_path / "run", **CPU)
+    assert summary["outcome"] == "diverged" and summary["steps"] == 40
+    assert summary["outcome_detail"].startswith("validation loss nan at step 40 (lr ")
+    assert [m["step"] for m in list_checkpoints(tmp_path / "run")] == [20]
 
 
 def test_divergence_watch_counts_from_the_last_loss_at_or_below_uniform():

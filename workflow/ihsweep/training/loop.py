@@ -403,6 +403,8 @@ def _train(
     def write_checkpoint(step: int, train_loss: float) -> float:
         """Save the model as the checkpoint of ``step``; returns its val loss."""
         val_loss = evaluate(model, val_batches, micro_batch, device, autocast)
+        if not math.isfinite(val_loss):  # the last update broke the weights: not a checkpoint
+            raise Diverged(step, f"validation loss {val_loss}")
         ckpt_meta = {
             "run_id": run_id,
             "tokens": step * B * C,
@@ -468,6 +470,13 @@ def _train(
         return _finish(spec, run_dir, model, device, micro_batch, step, recent, progress,
                        fingerprint, outcome, detail)  # fmt: skip
 
+    def finish_diverged(bad_step: int, why: str) -> dict:
+        # The lr of the update whose weights gave the loss at bad_step.
+        bad_lr = lr_at(bad_step - 1, total_steps, tcfg["lr"], tcfg["warmup_fraction"])
+        detail = f"{why} at step {bad_step} (lr {bad_lr:.4g})"
+        print(f"[{spec['run_id']}] diverged: {detail}; stopped at step {step}", flush=True)
+        return finish("diverged", detail)
+
     def emergence_confirmed() -> str | None:
         """Probe the checkpoints so far (the probe step's code and cache) and apply the rule."""
         _, series = probe_run(run_dir, rule["probe"], device)
@@ -505,17 +514,16 @@ def _train(
                 f.write(f"{step},{step * B * C},train,{train_loss:.6f},{lr:.6g}\n")
             diverged = watch.check_logged(step, train_loss)
         if diverged:
-            bad_step, why = diverged  # the lr of the update that gave the loss of bad_step
-            bad_lr = lr_at(bad_step - 1, total_steps, tcfg["lr"], tcfg["warmup_fraction"])
-            detail = f"{why} at step {bad_step} (lr {bad_lr:.4g})"
-            print(f"[{spec['run_id']}] diverged: {detail}; stopped at step {step}", flush=True)
-            return finish("diverged", detail)
+            return finish_diverged(*diverged)
         if line_due:
             line = progress.line(step, total_steps, B * C, flops_per_token)
             print(f"[{spec['run_id']}] {line}", flush=True)
             write_progress(run_dir, "running", step, total_steps, B * C, progress.tokens_per_second)
         if step in ckpt_steps:
-            save(step, float(np.mean(recent[-tcfg["log_every"] :])), True)
+            try:
+                save(step, float(np.mean(recent[-tcfg["log_every"] :])), True)
+            except Diverged as err:
+                return finish_diverged(err.step, err.why)
             del recent[: -tcfg["log_every"]]
             if reason := stops_early():
                 print(f"[{spec['run_id']}] {reason}", flush=True)
@@ -534,6 +542,14 @@ def _train(
                 sys.exit(EXIT_INTERRUPTED)
             return {}
     return finish("completed")
+
+
+class Diverged(Exception):
+    """Raised when a checkpoint would hold diverged weights (a non-finite validation loss)."""
+
+    def __init__(self, step: int, why: str):
+        super().__init__(f"{why} at step {step}")
+        self.step, self.why = step, why
 
 
 class DivergenceWatch:
