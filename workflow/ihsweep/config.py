@@ -37,10 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 from jsonschema import Draft202012Validator, ValidationError, validators
 
 from ihsweep import cost, layout
+from ihsweep.analysis.lawfit import predict_updates
 
 SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
 GPT2_VOCAB_SIZE = 50257
@@ -157,17 +159,6 @@ def checkpoint_steps(tokens: list[int], tokens_per_step: int, total_steps: int) 
 
 LAW_KEYS = ("a", "b", "log10_T")
 LAW_FIX = "run the pilot study first, or give checkpoints.densify.law: {a, b, log10_T}"
-
-
-def predicted_updates(law: Mapping, batch_size: int, context_size: int) -> float:
-    """The law's emergence point in updates, ``T / (B^a C^b)`` (as ``lawfit.predict_updates``).
-
-    Raises OverflowError when it is beyond what a float holds.
-    """
-    exponent = (
-        law["log10_T"] - law["a"] * math.log10(batch_size) - law["b"] * math.log10(context_size)
-    )
-    return 10.0**exponent
 
 
 def densify_tokens(
@@ -305,7 +296,7 @@ class Study:
         if self.densify is None or self.config["datasets"][run.data]["family"] != "natural":
             return None
         law = self.densify["law"]
-        updates = predicted_updates(law, run.batch_size, run.context_size)
+        updates = predict_updates(law, run.batch_size, run.context_size)
         return {
             "tokens": float(updates * run.tokens_per_step),
             "updates": float(updates),
@@ -939,9 +930,9 @@ def _read_lawfit(path: str) -> dict:
 
 
 def _check_prediction(study: Study, index: int, run: Run) -> None:
-    try:
-        study.prediction(run)
-    except OverflowError:
+    with np.errstate(over="ignore"):
+        prediction = study.prediction(run)
+    if prediction is not None and not math.isfinite(prediction["updates"]):
         key = "law" if study.densify["source"] == "config" else "lawfit"
         raise ConfigError(
             f"checkpoints.densify.{key}: the law {study.densify['law']} predicts more updates "
