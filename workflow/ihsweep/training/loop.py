@@ -33,11 +33,9 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from ihsweep import cost
-from ihsweep.analysis.emergence import confirmed_emergence
 from ihsweep.data.chunks import open_chunks, read_chunks_meta
 from ihsweep.io import write_json
 from ihsweep.layout import LOSS_CSV, PROGRESS_JSON, RUN_JSON
-from ihsweep.probing.run import probe_run
 from ihsweep.training.checkpoints import (
     DamagedFile,
     list_checkpoints,
@@ -479,6 +477,11 @@ def _train(
 
     def emergence_confirmed() -> str | None:
         """Probe the checkpoints so far (the probe step's code and cache) and apply the rule."""
+        # Imported here: pandas and scipy add ~60 MB to every training job's resident memory,
+        # which the memory estimate (ihsweep.cost) does not count, and only this rule needs them.
+        from ihsweep.analysis.emergence import confirmed_emergence
+        from ihsweep.probing.run import probe_run
+
         _, series = probe_run(run_dir, rule["probe"], device)
         model.train()
         return confirmed_emergence(series, rule["emergence"], rule["margin_decades"])
