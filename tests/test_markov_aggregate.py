@@ -187,11 +187,8 @@ def diverged_cells():
             up = emerged[seed]
             rows.append({"frequency": f, "reliability": r, "emerged": up,
                          "tokens_pt": 1e6 if up else np.nan, "updates_pt": 4e3 if up else np.nan,
-                         "diverged": bool(diverged[seed])})  # fmt: skip
-    runs = pd.DataFrame(rows)
-    cells = cell_outcomes(runs)
-    counts = runs.groupby(["frequency", "reliability"])["diverged"].sum()
-    return cells.assign(n_diverged=counts.to_numpy())
+                         "outcome": "diverged" if diverged[seed] else "completed"})  # fmt: skip
+    return cell_outcomes(pd.DataFrame(rows))
 
 
 def test_frontier_figure_marks_cells_whose_runs_diverged(monkeypatch):

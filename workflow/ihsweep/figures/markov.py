@@ -234,48 +234,34 @@ def _diverged_handles(cells: pd.DataFrame) -> list:
 
 def _draw_cell(ax, x: int, y: int, row, norm: LogNorm | None) -> None:
     """A unit square at (x, y): coloured with its emergence point, or hatched with "none" (or
-    "diverged" when every run of the cell diverged)."""
+    "diverged" when every run of the cell diverged: ``n_runs``, the runs that vote, is 0)."""
     emerged = bool(row.emerged) and norm is not None and np.isfinite(row.tokens_pt)
     diverged = _n_diverged(row)
-    if not emerged and row.n_runs > 0 and diverged >= row.n_runs:
-        ax.add_patch(
-            Rectangle(
-                (x - 0.5, y - 0.5),
-                1,
-                1,
-                facecolor=NONE_FACE,
-                edgecolor=VIOLATION_COLOUR,
-                hatch="xx",
-                lw=0,
-            )
-        )
+    if not emerged and row.n_runs == 0 and diverged > 0:
+        _hatched_square(ax, x, y, VIOLATION_COLOUR, "xx")
         text, colour = "diverged", VIOLATION_COLOUR
     elif emerged:
         face = mpl.colormaps[CMAP](norm(row.tokens_pt))
         ax.add_patch(Rectangle((x - 0.5, y - 0.5), 1, 1, facecolor=face, lw=0))
         text, colour = format_tokens(row.tokens_pt), _text_colour(face)
     else:
-        # lw=0 hides the border, not the hatch; the hatch takes the edge colour.
-        ax.add_patch(
-            Rectangle(
-                (x - 0.5, y - 0.5),
-                1,
-                1,
-                facecolor=NONE_FACE,
-                edgecolor=NONE_HATCH,
-                hatch="///",
-                lw=0,
-            )
-        )
+        _hatched_square(ax, x, y, NONE_HATCH, "///")
         text, colour = "none", "0.15"
     ax.add_patch(_outline(x, y, "white", lw=1.0))
     if row.n_runs > 1 and 0 < row.n_emerged < row.n_runs:
         text += f"\n{row.n_emerged}/{row.n_runs} seeds"  # a split cell: show the vote
-    if 0 < diverged < row.n_runs:
+    if diverged > 0 and row.n_runs > 0:
         text += f"\n{diverged} diverged"
     # On hatching, a plain background behind the text keeps it legible.
     box = None if emerged else {"facecolor": NONE_FACE, "edgecolor": "none", "pad": 0.6}
     ax.text(x, y, text, ha="center", va="center", fontsize=6.5, color=colour, bbox=box, zorder=6)
+
+
+def _hatched_square(ax, x: int, y: int, edge, hatch: str) -> None:
+    # lw=0 hides the border, not the hatch; the hatch takes the edge colour.
+    ax.add_patch(
+        Rectangle((x - 0.5, y - 0.5), 1, 1, facecolor=NONE_FACE, edgecolor=edge, hatch=hatch, lw=0)
+    )
 
 
 def _text_colour(face) -> str:
