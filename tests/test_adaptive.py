@@ -43,14 +43,6 @@ from test_train import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _restore_signal_handlers():
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1)}
-    yield
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
-
-
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     return make_dataset(tmp_path_factory.mktemp("data") / "C32")

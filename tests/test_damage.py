@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import signal
 import types
 from pathlib import Path
 
@@ -43,15 +42,6 @@ from safetensors.torch import load_file
 from test_train import CPU, assert_same_tensors, make_dataset, make_spec
 
 STEPS, EVERY = 90, 30  # checkpoints at 30, 60, 90
-
-
-@pytest.fixture(autouse=True)
-def _restore_signal_handlers():
-    """In-process train() installs SIGTERM/SIGUSR1 handlers; give pytest its own back."""
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1)}
-    yield
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
 
 
 @pytest.fixture(scope="module")

@@ -227,15 +227,6 @@ def assert_loss_log_clean(run_dir: Path, spec: dict) -> None:
     assert val_steps == spec["checkpoint_steps"]
 
 
-@pytest.fixture(autouse=True)
-def _restore_signal_handlers():
-    """In-process train() installs SIGTERM/SIGUSR1 handlers; give pytest its own back."""
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1)}
-    yield
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
-
-
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory) -> Path:
     return make_dataset(tmp_path_factory.mktemp("data") / "C32")
