@@ -53,6 +53,7 @@ from pathlib import Path
 import pandas as pd
 
 from ihsweep import layout
+from ihsweep.analysis.emergence import predicted_within
 from ihsweep.analysis.lawfit import predict_updates
 from ihsweep.config import Run, Study, add_configfile, study_of_files
 from ihsweep.training.checkpoints import list_checkpoints
@@ -138,15 +139,6 @@ def recorded_prediction(record: dict | None) -> float | None:
     return None if tokens is None or not math.isfinite(float(tokens)) else float(tokens)
 
 
-def within(emerged, predicted, lo, hi) -> bool | None:
-    """Whether an emerged run's prediction lies inside its observed interval; None when the run
-    did not emerge, has no prediction or no interval."""
-    values = (predicted, lo, hi)
-    if emerged is not True or any(v is None or pd.isna(v) for v in values):
-        return None
-    return bool(lo <= predicted <= hi)
-
-
 def _emergence(root: Path) -> pd.DataFrame:
     columns = ["run_id", "emerged", "tokens_pt", "tokens_lo", "tokens_hi"]
     tables = [pd.read_csv(root / p) for p in EMERGENCE_TABLES if (root / p).exists()]
@@ -192,7 +184,7 @@ def status_table(study: Study, root: Path = Path("."), active_minutes: float = 5
         elif fit is not None and fit.get("ok") and family == "natural":
             updates = predict_updates(fit, run.batch_size, run.context_size)
             row.update(predicted_tokens=float(updates) * run.tokens_per_step, prediction="lawfit")
-        row["predicted_within"] = within(
+        row["predicted_within"] = predicted_within(
             row["emerged"], row["predicted_tokens"], row["tokens_lo"], row["tokens_hi"]
         )
         rows.append(row)

@@ -227,6 +227,15 @@ def confirmed_emergence(run: pd.DataFrame, spec: dict, margin_decades: float) ->
     )
 
 
+def predicted_within(emerged, predicted, lo, hi) -> bool | None:
+    """Whether an emerged run's predicted point lies inside its observed interval [lo, hi];
+    None when the run did not emerge, or has no prediction or no interval."""
+    values = (predicted, lo, hi)
+    if emerged is not True or any(v is None or pd.isna(v) for v in values):
+        return None
+    return bool(lo <= predicted <= hi)
+
+
 def emergence_table(model_table: pd.DataFrame, spec: dict) -> pd.DataFrame:
     """One row per run: the emergence point (``run_point``) in tokens and in updates.
 
@@ -255,12 +264,10 @@ def emergence_table(model_table: pd.DataFrame, spec: dict) -> pd.DataFrame:
             row[f"updates_{end}"] = result[f"tokens_{end}"] / tokens_per_update
         row.update(rise=result["rise"], reason=result["reason"], **outcome)
         row["tokens_trained"] = int(whole["tokens"].max())
-        predicted = row["predicted_tokens"]
-        row["predicted_within"] = (
-            bool(row["tokens_lo"] <= predicted <= row["tokens_hi"])
-            if result["emerged"] and math.isfinite(predicted)
-            else pd.NA
+        inside = predicted_within(
+            result["emerged"], row["predicted_tokens"], row["tokens_lo"], row["tokens_hi"]
         )
+        row["predicted_within"] = pd.NA if inside is None else inside
         rows.append(row)
     table = pd.DataFrame(rows, columns=TABLE_COLUMNS)
     table["emerged"] = table["emerged"].astype(bool)
