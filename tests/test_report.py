@@ -3,14 +3,15 @@
 One module-scoped study (tests/studies/report.yaml: natural data at two batch sizes, and a
 two-cell Markov grid) is run once; then:
 
-- deleting every figure folder and running the ``figures`` target rebuilds them byte for byte
-  and starts no training or probe job;
+- deleting every figure folder and running the ``figures`` target rebuilds them (and the
+  tables' pages and findings) byte for byte and starts no training or probe job;
 - every aggregate and per-run figure folder has a provenance.json with the config hash, the
   code version and the run ids;
 - ``snakemake --report`` as one HTML file and as a zip holds every figure and table;
 - in a real headless browser (Debian's chromium, driven by ``browser.py``) a click through the
   report's menus reaches every result: each figure decodes, each table renders its rows, and the
-  front page states the study.
+  front page opens with the findings computed from the aggregate tables (each linking to its
+  detailed result), then states the study.
 """
 
 from __future__ import annotations
@@ -27,11 +28,13 @@ from browser import CHROMIUM, Chromium
 from conftest import job_stats, run_study, snakemake, study_text
 from ihsweep import layout
 from ihsweep.config import Run
+from ihsweep.report import findings
 
 pytestmark = pytest.mark.slow
 
 CONFIG = study_text("report")
-FIGURE_DIRS = [f"{layout.NATURAL}/figures", f"{layout.MARKOV}/figures"]
+FOLDERS = [layout.NATURAL, layout.MARKOV]
+FIGURE_DIRS = [f"{folder}/figures" for folder in FOLDERS]
 RUNS = [Run("kjv", "tiny", 4, 16, 0), Run("kjv", "tiny", 8, 16, 0)]
 MARKOV_RUNS = [Run("semi-f0.3-r0.5", "tiny", 8, 32, 0), Run("semi-f0.5-r0.5", "tiny", 8, 32, 0)]
 
@@ -63,9 +66,10 @@ def study(tmp_path_factory) -> SimpleNamespace:
 
 
 def figure_files(workdir: Path) -> dict[str, bytes]:
-    """Every figure, and the tables' HTML pages, by path."""
+    """Every figure, the tables' HTML pages and the front page's findings, by path."""
     paths = [p for d in FIGURE_DIRS for p in (workdir / d).iterdir()]
     paths += [workdir / p for p in RESULTS if p.endswith(".html")]
+    paths += [workdir / layout.aggregate_file(layout.FINDINGS, d) for d in FOLDERS]
     paths += [
         p for run in RUNS + MARKOV_RUNS for p in (workdir / run_figure_dir(run)).glob("run.*")
     ]
@@ -74,7 +78,8 @@ def figure_files(workdir: Path) -> dict[str, bytes]:
 
 def test_figures_target_rebuilds_byte_identical_files_without_training(study):
     before = figure_files(study.dir)
-    assert len(before) == 2 * (4 + 2 + 4) + 3  # natural, Markov, per run as PNG and PDF; tables
+    # natural, Markov, per run as PNG and PDF; tables; findings
+    assert len(before) == 2 * (4 + 2 + 4) + 3 + 2
     for folder in FIGURE_DIRS:
         shutil.rmtree(study.dir / folder)
     for run in RUNS + MARKOV_RUNS:
@@ -147,6 +152,8 @@ FRAME_SHOWN = (
     "[...document.querySelectorAll('iframe')]"
     ".some(f => f.getAttribute('src') === results[{path!r}].data_uri)"
 )
+FINDINGS_LINK = "[...document.querySelectorAll('.prose a')].find(a => a.innerText === {!r}).href"
+RESULT_PATH = {"frontier": f"{layout.MARKOV}/figures/frontier-semi-tiny-B8-C32.png"}
 TABLE_ROWS = "document.readyState === 'complete' && document.querySelectorAll('tbody tr').length"
 
 
@@ -187,13 +194,14 @@ def click_through(page, url: str) -> dict[str, object]:
     CHROMIUM is None, reason="no chromium (apt-get install chromium, as .ci/run does)"
 )
 @pytest.mark.parametrize("kind", ["html", "zip"])
-def test_clicking_through_the_report_shows_every_figure_and_table(reports, kind, tmp_path):
+def test_clicking_through_the_report_shows_every_figure_and_table(study, reports, kind, tmp_path):
     url = reports[kind].as_uri()
     with Chromium() as browser:
         page = browser.open(url)
         page.wait_for(READY)
         front = page.evaluate("document.body.innerText")  # the study, from the config
         assert "This study." in front and "Emergence rule." in front and "lawfit.html" in front
+        link = page.evaluate(FINDINGS_LINK.format("frontier-semi-tiny-B8-C32.png"))
         page.screenshot(tmp_path / "front.png")
         results = page.evaluate("results")
         shown = click_through(page, url)
@@ -205,6 +213,30 @@ def test_clicking_through_the_report_shows_every_figure_and_table(reports, kind,
             assert what[0] >= 600 and what[1] >= 300, (path, what)  # a decoded figure
         else:
             assert what == RESULTS[path], path  # a rendered table, one row per run or quantity
+
+    # The front page opens with the findings, computed from the tables (nothing emerges within
+    # this study's budget: the law is not fitted, the verdict undetermined, with their reasons).
+    summary = " ".join(front.replace(findings.NB_HYPHEN, "-").split())
+    assert summary.index("Findings of this study") < summary.index("ihsweep measures")
+    fit = json.loads((study.dir / layout.NATURAL / "lawfit.json").read_text())
+    assert not fit["ok"]
+    assert (
+        f"Experiment 1: when IHs emerge (natural data). The law U_pt = T / (B^a C^b) was not"
+        f" fitted: {fit['reason']}. {fit['n_runs']} of {len(RUNS)} runs emerged;"
+    ) in summary
+    verdict = json.loads((study.dir / layout.MARKOV / "frontier.json").read_text())
+    verdict = verdict["semi-tiny-B8-C32"]["sensitivity"]
+    assert verdict["verdict"] == "undetermined"
+    assert (
+        f"semi-tiny-B8-C32: IHs emerged in 0 of {len(MARKOV_RUNS)} (f, r) cells. No cell emerged,"
+        " so there is no frontier. Sensitivity undetermined (the paper: reliability matters"
+        f" more): {verdict['reason']}. Details: frontier-semi-tiny-B8-C32.png."
+    ) in summary
+    assert (
+        "Experiment 3: which data properties make IHs form (synthetic Markov data). Not in this"
+        " study: no run trains on a synthetic Markov chain."
+    ) in summary
+    assert link == f"javascript:app.showResultInfo('{RESULT_PATH['frontier']}')"
 
     from matplotlib.image import imread
 

@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
+import html as htmlmod
+import json
 import math
 import re
+from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
-from ihsweep.analysis.lawfit import fit_table
+import yaml
+from docutils.core import publish_parts
+from ihsweep import layout
+from ihsweep.analysis import frontier
+from ihsweep.analysis.lawfit import fit_law, fit_table
+from ihsweep.analysis.markov import SETTING_KEYS, setting_cells
+from ihsweep.config import prepare
+from ihsweep.report import findings
+from ihsweep.report.findings import law_findings
 from ihsweep.report.tables import law_fit, markov_emergence, natural_emergence
+from jinja2 import Environment
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def cells(page: str) -> list[list[str]]:
@@ -154,3 +169,342 @@ def test_law_fit_page_says_what_the_fit_left_out():
     ) in page
     assert len(cells(page)) == 7  # the table itself is unchanged
     assert "left out" not in law_fit(fit_table(fit))  # without the fit: the table alone
+
+
+# --- the front page's findings (ihsweep.report.findings) -----------------------------------
+# Each test writes an aggregate folder's cached tables with known contents, runs the step the
+# aggregate rules end with, and reads the reStructuredText as the front page shows it: rendered
+# by docutils, any warning an error (an unescaped "|" or "*" breaks the page), report links
+# resolved as Snakemake's report resolves them.
+
+
+def rendered(rst: str) -> str:
+    """The text a reader sees: rendered HTML without tags, one space between words."""
+    targets = sorted(set(re.findall(r"`([^`<>]+)`_", rst)))
+    links = "\n".join(f".. _{t}: javascript:app.showResultInfo('{t}')" for t in targets)
+    html = publish_parts(rst + "\n\n" + links, writer="html", settings_overrides={"halt_level": 2})
+    text = re.sub(r"<[^>]+>", " ", html["body"]).replace(findings.NB_HYPHEN, "-")
+    return re.sub(r"\s+([.,:;)])", r"\1", re.sub(r"\s+", " ", htmlmod.unescape(text))).strip()
+
+
+def table_rows(rst: str) -> list[list[str]]:
+    """The cells of the rendered list-table, row by row (header first)."""
+    targets = set(re.findall(r"`([^`<>]+)`_", rst))
+    html = publish_parts(rst + "\n\n" + "\n".join(f".. _{t}: #" for t in targets), writer="html")
+    rows = re.findall(r"<tr>(.*?)</tr>", html["body"], re.S)
+    return [
+        [re.sub(r"\s+", " ", htmlmod.unescape(re.sub("<[^>]+>", "", c))).strip() for c in cells]
+        for cells in (re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row, re.S) for row in rows)
+    ]
+
+
+def write_findings(folder: Path, aggregate: str) -> str:
+    return findings.write_findings(folder, aggregate).read_text()
+
+
+def natural_runs(n_seeds: int = 2) -> pd.DataFrame:
+    """Eleven runs over B x C = {8, 16, 32} x {16, 32} (two seeds where n_seeds is 2): ten
+    emerged, one without a transition; the law's outcome is given by the fit written beside."""
+    rows = []
+    for b in (8, 16, 32):
+        for c in (16, 32):
+            for seed in range(n_seeds if (b, c) != (32, 32) else 1):
+                rows.append({"run_id": f"kjv/w64/B{b}-C{c}-s{seed}", "data": "kjv",
+                             "model": "w64", "n_params": 52000, "batch_size": b,
+                             "context_size": c, "seed": seed, "emerged": True,
+                             "updates_pt": 1e4 / b**0.4 / c**0.6,
+                             "outcome": "completed"})  # fmt: skip
+    table = pd.DataFrame(rows)
+    table.loc[table["run_id"] == "kjv/w64/B32-C32-s0", ["emerged", "updates_pt"]] = [
+        False,
+        math.nan,
+    ]
+    table.loc[table["run_id"] == "kjv/w64/B8-C16-s1", ["emerged", "outcome"]] = [False, "diverged"]
+    return table
+
+
+def known_fit(runs: pd.DataFrame, **changes) -> dict:
+    """A fit_law result with known numbers, over the emerged, not diverged runs of ``runs``."""
+    used = runs[runs["emerged"] & (runs["outcome"] != "diverged")]
+    fit = {
+        "ok": True, "reason": "", "a": 0.412, "a_ci": [0.301, 0.523], "b": 0.71,
+        "b_ci": [0.66, 0.77], "log10_T": 4.1, "log10_T_ci": [3.9, 4.3], "r": 0.951,
+        "c": 0.031, "c_ci": [-0.02, 0.08], "c_excludes_zero": False,
+        "c_note": "2 distinct n_params; c = 0 means no model-size effect", "n_boot_used": 1000,
+        "n_runs": len(used), "run_ids": sorted(used["run_id"]), "n_table_runs": len(runs),
+        "n_not_emerged": 1, "n_diverged": 1, "diverged_run_ids": ["kjv/w64/B8-C16-s1"],
+    }  # fmt: skip
+    return fit | changes
+
+
+def natural_folder(tmp_path: Path, runs: pd.DataFrame, fit: dict) -> Path:
+    folder = tmp_path / "natural"
+    folder.mkdir(parents=True)
+    runs.to_csv(folder / "emergence.csv", index=False)
+    (folder / "lawfit.json").write_text(json.dumps(fit))
+    return folder
+
+
+def test_front_page_states_the_fitted_law_beside_the_papers(tmp_path):
+    runs = natural_runs()
+    rst = write_findings(natural_folder(tmp_path, runs, known_fit(runs)), "natural")
+    text = rendered(rst)
+    assert text.startswith(
+        "Experiment 1: when IHs emerge (natural data). The law U_pt = T / (B^a C^b), by least"
+        " squares on log10 U_pt, with its 95% bootstrap intervals below. Fitted on 9 of 11 runs;"
+        " left out: 1 without a transition within the budget, 1 diverged (kjv/w64/B8-C16-s1)."
+        " Up to 2 seeds per (data, model, B, C) cell, each run one observation"
+    )
+    assert table_rows(rst) == [
+        ["", "this study [95% bootstrap CI]", "the paper"],
+        ["a (exponent of B)", "0.412 [0.301, 0.523]", "0.37 (inside the interval)"],
+        ["b (exponent of C)", "0.71 [0.66, 0.77]", "0.62 (outside the interval)"],
+        ["r (predicted vs observed)", "0.951", "0.98"],
+        ["c (of log10 N_params)", "0.031 [-0.02, 0.08]", "0, no size effect (inside the interval)"],
+    ]
+    assert text.endswith("Details: lawfit.html, law_fit.png.")
+    assert "`lawfit.html`_" in rst and "`law_fit.png`_" in rst  # links to the detailed pages
+
+
+def test_front_page_model_size_effect_and_one_seed(tmp_path):
+    runs = natural_runs(n_seeds=1)
+    fit = known_fit(runs, c=0.25, c_ci=[0.1, 0.4], c_excludes_zero=True, n_diverged=0,
+                    diverged_run_ids=[])  # fmt: skip
+    rst = write_findings(natural_folder(tmp_path, runs, fit), "natural")
+    assert "One seed per (data, model, B, C) cell." in rendered(rst)
+    assert table_rows(rst)[4][1:] == [
+        "0.25 [0.1, 0.4]",
+        "0, no size effect (outside the interval: a size effect here)",
+    ]
+    fit = known_fit(runs, c=None, c_ci=None, c_note="1 distinct n_params among emerged runs")
+    (tmp_path / "natural" / "lawfit.json").write_text(json.dumps(fit))
+    rst = write_findings(tmp_path / "natural", "natural")
+    assert table_rows(rst)[4][1] == "not tested: 1 distinct n_params among emerged runs"
+
+
+def test_front_page_says_when_too_few_runs_emerged_to_fit_the_law(tmp_path):
+    runs = natural_runs().head(4)
+    runs["emerged"] = [True, True, False, False]
+    runs["outcome"] = "completed"
+    fit = fit_law(runs, n_boot=10, seed=0)  # the real fit: 2 emerged runs are too few
+    text = rendered(write_findings(natural_folder(tmp_path, runs, fit), "natural"))
+    assert text == (
+        "Experiment 1: when IHs emerge (natural data). The law U_pt = T / (B^a C^b) was not"
+        " fitted: only 2 emerged runs; the law needs at least 4. 2 of 4 runs emerged; 2 had no"
+        " transition within the budget, 0 diverged. (The paper: a = 0.37, b = 0.62, r = 0.98.)"
+        " Details: lawfit.html, law_fit.png."
+    )
+    assert "Not in this study: no run trains on natural data." in rendered(law_findings(None))
+
+
+def markov_runs(bigram: dict, synthetic: dict | None = None, seeds: int = 1) -> pd.DataFrame:
+    """A Markov run table as aggregate_markov writes it (the columns the findings read):
+    ``bigram`` maps (f, r) to emerged for grid "semi"; ``synthetic`` maps (chain name, f, r)
+    to emerged, the chain named like the default study's (zipf+D+C, unif-D, ...)."""
+    rows = []
+
+    def add(data, grid, kind, f, r, emerged, dependency=True, categorial=None,
+            marginal="natural"):  # fmt: skip
+        for seed in range(seeds):
+            rows.append({"run_id": f"{data}/w64/B8-C32-s{seed}", "data": data, "model": "w64",
+                         "batch_size": 8, "context_size": 32, "seed": seed, "emerged": emerged,
+                         "tokens_pt": 1.5e6 if emerged else math.nan,
+                         "updates_pt": 4883.0 if emerged else math.nan, "outcome": "completed",
+                         "grid": grid, "chain_kind": kind, "frequency": f, "reliability": r,
+                         "dependency": dependency, "categorial": categorial,
+                         "marginal": marginal})  # fmt: skip
+
+    for (f, r), emerged in bigram.items():
+        add(f"semi-f{f}-r{r}", "semi", "bigram", f, r, emerged)
+    marginals = {"zipf": "zipfian", "unif": "uniform", "gauss": "gaussian"}
+    for (name, f, r), emerged in (synthetic or {}).items():
+        marginal, d, c = re.fullmatch(r"(\w+)([+-])D([+-]C)?", name).groups()
+        add(f"{name}-f{f}-r{r}", name, "synthetic", f, r, emerged, dependency=d == "+",
+            categorial=c == "+C", marginal=marginals[marginal])  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def markov_folder(tmp_path: Path, runs: pd.DataFrame, verdicts: dict | None = None) -> Path:
+    """emergence.csv, cells.csv and frontier.json as aggregate_markov writes them (its own
+    functions); ``verdicts`` replaces a setting's sensitivity verdict by a known one."""
+    folder = tmp_path / "markov"
+    folder.mkdir(parents=True)
+    cells = setting_cells(runs)
+    fronts = {}
+    for key, table in cells.groupby(SETTING_KEYS, sort=True):
+        if len(table) > 1:
+            name = layout.setting_name(*key)
+            verdict = (verdicts or {}).get(name) or frontier.sensitivity(table)
+            fronts[name] = frontier.pareto_frontier(table).summary() | {"sensitivity": verdict}
+    runs.to_csv(folder / "emergence.csv", index=False)
+    cells.to_csv(folder / "cells.csv", index=False)
+    (folder / "frontier.json").write_text(json.dumps(fronts))
+    return folder
+
+
+GRID = [(f, r) for f in (0.1, 0.5, 0.9) for r in (0.1, 0.5, 0.9)]
+
+
+def test_front_page_frontier_where_reliability_matters_more(tmp_path):
+    # IHs form wherever r >= 0.5, except at the lowest f: reliability matters more.
+    bigram = {(f, r): r >= 0.5 and (f, r) != (0.1, 0.5) for f, r in GRID}
+    folder = markov_folder(tmp_path, markov_runs(bigram))
+    verdict = json.loads((folder / "frontier.json").read_text())["semi-w64-B8-C32"]["sensitivity"]
+    assert verdict["verdict"] == "reliability"
+    ratio = abs(verdict["coef_reliability"] / verdict["coef_frequency"])
+    text = rendered(write_findings(folder, "markov"))
+    assert (
+        "semi-w64-B8-C32: IHs emerged in 5 of 9 (f, r) cells: (0.1, 0.9), (0.5, 0.5),"
+        " (0.5, 0.9), (0.9, 0.5), (0.9, 0.9). Frontier (the minimal emerging cells): (0.1, 0.9),"
+        " (0.5, 0.5). Every cell above it emerged, so one frontier separates the grid. More"
+        " sensitive to reliability than to frequency, as in the paper: |b_r| / |b_f| = "
+        f"{ratio:.3g}"
+        " in a logistic fit on f and r (verdict needs 1.5x); outcomes perfectly separable, so"
+        " only the direction of the ridge fit counts. Details: frontier-semi-w64-B8-C32.png."
+    ) in text
+    assert "The paper found that IHs form only above an effective Pareto frontier" in text
+    assert text.endswith(
+        "Experiment 3: which data properties make IHs form (synthetic Markov data). Not in this"
+        " study: no run trains on a synthetic Markov chain."
+    )
+
+
+def test_front_page_shows_comparable_and_undetermined_verdicts_with_their_reason(tmp_path):
+    bigram = {(f, r): f + r >= 1.0 for f, r in GRID}
+    comparable = {"verdict": "comparable", "reason": "|b_r| / |b_f| = 1.02 (needs 1.5x)"}
+    folder = markov_folder(tmp_path, markov_runs(bigram), {"semi-w64-B8-C32": comparable})
+    text = rendered(write_findings(folder, "markov"))
+    assert (
+        "Sensitivity comparable, neither axis clearly matters more (the paper: reliability):"
+        " |b_r| / |b_f| = 1.02 (needs 1.5x)."
+    ) in text
+    # Nothing emerged: no frontier, and the real verdict is undetermined, with its reason.
+    folder = markov_folder(tmp_path / "none", markov_runs(dict.fromkeys(GRID, False)))
+    text = rendered(write_findings(folder, "markov"))
+    assert (
+        "IHs emerged in 0 of 9 (f, r) cells. No cell emerged, so there is no frontier."
+        " Sensitivity undetermined (the paper: reliability matters more): no run emerged."
+    ) in text
+
+
+def test_front_page_frontier_that_is_not_monotone(tmp_path):
+    bigram = {(f, r): r >= 0.5 and (f, r) != (0.5, 0.9) for f, r in GRID}
+    text = rendered(write_findings(markov_folder(tmp_path, markov_runs(bigram)), "markov"))
+    assert (
+        "Frontier (the minimal emerging cells): (0.1, 0.5). Not monotone: (0.5, 0.9) lie above"
+        " the frontier but did not emerge, so no single frontier separates the grid."
+    ) in text
+
+
+PROPERTIES = {
+    ("zipf+D+C", 0.9, 0.9): True, ("zipf+D-C", 0.9, 0.9): True, ("unif+D+C", 0.9, 0.9): True,
+    ("zipf-D", 0.9, 0.9): False, ("unif-D", 0.9, 0.9): False,
+    ("zipf+D+C", 0.1, 0.3): True, ("zipf+D-C", 0.1, 0.3): False, ("unif+D+C", 0.1, 0.3): False,
+}  # fmt: skip
+
+
+def test_front_page_property_grid_agrees_with_the_paper(tmp_path):
+    folder = markov_folder(tmp_path, markov_runs({}, PROPERTIES))
+    text = rendered(write_findings(folder, "markov"))
+    assert text.startswith(
+        "Experiment 2: which (f, r) make IHs form (semi-natural Markov data). Not in this study:"
+        " no run trains on a bigram Markov chain."
+    )
+    assert (
+        "At (f, r) = (0.9, 0.9): IHs formed with +D+C uniform (1.5M tokens), +D+C Zipfian"
+        " (1.5M tokens), +D-C Zipfian (1.5M tokens); not with -D uniform, -D Zipfian."
+        " At (f, r) = (0.1, 0.3): IHs formed with +D+C Zipfian (1.5M tokens); not with +D+C"
+        " uniform, +D-C Zipfian. Against the paper:"
+        " +D is necessary: -D (i.i.d.) data never forms IHs: holds here: no -D chain formed IHs"
+        " (2 tested, at (0.9, 0.9))."
+        " high f and r are sufficient: holds here: all 3 +D chains formed IHs at the highest"
+        " cell, (f, r) = (0.9, 0.9)."
+        " near the frontier (f = 0.1, r = 0.3) only Zipfian, categorial data forms IHs: holds"
+        " here: of the 3 chains tested there only Zipfian +D+C formed IHs (not +D+C uniform,"
+        " +D-C Zipfian). Details: properties.png."
+    ) in text
+
+
+def test_front_page_property_grid_against_the_paper(tmp_path):
+    changed = PROPERTIES | {("unif-D", 0.9, 0.9): True, ("zipf+D-C", 0.9, 0.9): False,
+                            ("unif+D+C", 0.1, 0.3): True}  # fmt: skip
+    text = rendered(write_findings(markov_folder(tmp_path, markov_runs({}, changed)), "markov"))
+    assert "never forms IHs: does not hold here: -D uniform at (0.9, 0.9) formed IHs." in text
+    assert (
+        "sufficient: does not hold here: 2 of 3 +D chains formed IHs at the highest cell,"
+        " (f, r) = (0.9, 0.9) (not +D-C Zipfian)."
+    ) in text
+    assert "forms IHs: does not hold here: +D+C uniform formed IHs there too." in text
+    # Without the paper's near-frontier cell the claim is not tested, not judged.
+    high = {k: v for k, v in PROPERTIES.items() if k[1:] == (0.9, 0.9)}
+    text = rendered(
+        write_findings(markov_folder(tmp_path / "high", markov_runs({}, high)), "markov")
+    )
+    assert "forms IHs: not tested here (no synthetic chain at (0.1, 0.3))." in text
+
+
+def front_page(workdir: Path, results: list[str], monkeypatch) -> str:
+    """workflow/report/workflow.rst rendered the way ``snakemake --report`` renders it (Jinja
+    with its settings, the link targets it appends, docutils from the study folder), for a
+    report whose results are the files ``results``; any docutils warning is an error."""
+    files = [SimpleNamespace(target=Path(p).name, path=Path(p)) for p in results]
+    links = "".join(f"\n.. _{f.target}: javascript:app.showResultInfo('{f.path}')" for f in files)
+    template = (REPO / "workflow" / "report" / "workflow.rst").read_text() + "\n" + links
+    config = prepare(yaml.safe_load((REPO / "tests" / "studies" / "report.yaml").read_text()))
+    monkeypatch.chdir(workdir)  # the report's results, and the files it includes, are relative
+    text = (
+        Environment(trim_blocks=True, lstrip_blocks=True)
+        .from_string(template)
+        .render(snakemake=SimpleNamespace(config=config.config), categories={}, files=files)
+    )
+    html = publish_parts(text, writer="html", settings_overrides={"halt_level": 2})["body"]
+    text = re.sub(r"<style>.*?</style>|<[^>]+>", " ", html, flags=re.S)
+    text = re.sub(r"\s+", " ", htmlmod.unescape(text).replace(findings.NB_HYPHEN, "-"))
+    return re.sub(r"\s+([.,:;)])", r"\1", text).strip()
+
+
+NATURAL_RESULTS = [f"{layout.NATURAL}/lawfit.html", f"{layout.NATURAL}/figures/law_fit.png"]
+MARKOV_RESULTS = [f"{layout.MARKOV}/figures/{s}.png" for s in ("frontier-semi-w64-B8-C32",
+                                                                 "generator")]  # fmt: skip
+
+
+def test_front_page_opens_with_the_findings_and_says_what_is_not_in_the_study(
+    tmp_path, monkeypatch
+):
+    runs = natural_runs()
+    natural = natural_folder(tmp_path / "results", runs, known_fit(runs))
+    write_findings(natural, "natural")
+    page = front_page(tmp_path, NATURAL_RESULTS, monkeypatch)
+    assert page.startswith(
+        "Findings of this study, each computed from its aggregate tables, beside the paper's."
+        " Experiment 1: when IHs emerge (natural data). The law U_pt = T / (B^a C^b), by least"
+        " squares"
+    )
+    assert "a (exponent of B) 0.412 [0.301, 0.523] 0.37 (inside the interval)" in page
+    assert (
+        "Experiments 2 and 3: which data statistics make IHs form (Markov data). Not in this"
+        " report: the study has no Markov-data runs, or they are not aggregated yet."
+        " ihsweep measures when induction heads"
+    ) in page  # the findings come first, then what the study is
+    assert "This study. 2 run entries" in page
+
+    bigram = {(f, r): r >= 0.5 and (f, r) != (0.1, 0.5) for f, r in GRID}
+    write_findings(markov_folder(tmp_path / "results", markov_runs(bigram)), "markov")
+    page = front_page(tmp_path, MARKOV_RESULTS, monkeypatch)
+    assert page.startswith(
+        "Findings of this study, each computed from its aggregate tables, beside the paper's."
+        " Experiment 1: when IHs emerge (natural data). Not in this report: the study has no"
+        " natural-data runs, or they are not aggregated yet. Experiment 2: which (f, r) make"
+        " IHs form (semi-natural Markov data)."
+    )
+    assert "More sensitive to reliability than to frequency, as in the paper" in page
+    assert (
+        "Experiment 3: which data properties make IHs form (synthetic Markov data). Not in" in page
+    )
+
+    (natural / layout.FINDINGS).unlink()  # results aggregated before findings were written
+    page = front_page(tmp_path, NATURAL_RESULTS + MARKOV_RESULTS, monkeypatch)
+    assert (
+        "Experiment 1 (natural data). Its findings are not written yet: run the workflow (it"
+        " rewrites the aggregate, nothing else), then build the report again."
+    ) in page

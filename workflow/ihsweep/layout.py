@@ -38,8 +38,14 @@ CHUNK_FILES = ("train.bin", "val.bin", "chunks.json")
 NATURAL = f"{RESULTS}/natural"
 MARKOV = f"{RESULTS}/markov"
 NATURAL_FIGURES = ("run_curves", "emergence_vs_BC", "law_fit", "model_size")
-NATURAL_TABLES = ("emergence.csv", "lawfit.json", "lawfit.csv", "emergence.html", "lawfit.html")
-MARKOV_TABLES = ("emergence.csv", "cells.csv", "generator.csv", "emergence.html", "frontier.json")
+# findings.rst: the report front page's summary of the aggregate (ihsweep.report.findings)
+FINDINGS = "findings.rst"
+NATURAL_TABLES = (
+    "emergence.csv", "lawfit.json", "lawfit.csv", "emergence.html", "lawfit.html", FINDINGS,
+)  # fmt: skip
+MARKOV_TABLES = (
+    "emergence.csv", "cells.csv", "generator.csv", "emergence.html", "frontier.json", FINDINGS,
+)  # fmt: skip
 FIGURE_FORMATS = ("png", "pdf")
 PROVENANCE = "provenance.json"
 

@@ -1,6 +1,7 @@
 # Aggregates: emergence point per run, the law fit across runs (natural data), the (f, r)
 # frontier and the property grid (Markov data), and their figures. Cheap: they run beside the
-# driver even when the other jobs go to a cluster.
+# driver even when the other jobs go to a cluster. Each also writes its experiments' findings
+# (findings.rst, from the tables it just wrote), which the report's front page includes.
 
 EXPERIMENT_1 = "1. When: batch size, context size, model size"
 EXPERIMENTS_2_3 = "2-3. Why: Markov data statistics"
@@ -43,6 +44,7 @@ rule aggregate_natural:
         ),
         pdfs=layout.figure_files(layout.NATURAL_FIGURES, layout.NATURAL)[1::2],
         provenance=layout.aggregate_file(layout.PROVENANCE, layout.NATURAL),
+        findings=layout.aggregate_file(layout.FINDINGS, layout.NATURAL),
     log:
         layout.log("aggregate", "natural"),
     conda:
@@ -83,6 +85,7 @@ rule aggregate_markov:
         ),
         pdfs=layout.figure_files(markov_figures(), layout.MARKOV)[1::2],
         provenance=layout.aggregate_file(layout.PROVENANCE, layout.MARKOV),
+        findings=layout.aggregate_file(layout.FINDINGS, layout.MARKOV),
     log:
         layout.log("aggregate", "markov"),
     conda:

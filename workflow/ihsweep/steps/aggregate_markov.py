@@ -33,6 +33,7 @@ from ihsweep.data.chunks import CHUNKS_JSON
 from ihsweep.figures import markov as figures
 from ihsweep.io import atomic_path, json_arg, write_json
 from ihsweep.provenance import write_provenance
+from ihsweep.report import findings
 from ihsweep.report.tables import markov_emergence, write_page
 from ihsweep.steps import _args
 
@@ -86,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         figures.plot_property_grid(frontier.property_table(synthetic), figure_stem / "properties")
     figures.plot_generator_stats(generator, figure_stem / "generator")
 
+    findings.write_findings(out, "markov")  # from the tables above
     written = [Path(f) for f in layout.markov_outputs(stems, out)]
     written = [f.relative_to(out) for f in written if f.name != layout.PROVENANCE]
     write_provenance(out, args.config_sha256, runs["run_id"], written)

@@ -26,7 +26,7 @@ from ihsweep.config import complete
 from ihsweep.figures import natural as figures
 from ihsweep.io import atomic_path, write_json
 from ihsweep.provenance import write_provenance
-from ihsweep.report import tables
+from ihsweep.report import findings, tables
 from ihsweep.steps import _args
 
 
@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     figures.plot_emergence_vs_BC(emergence, stem / "emergence_vs_BC")
     figures.plot_law_fit(emergence, fit, stem / "law_fit")
     figures.plot_model_size(emergence, fit, stem / "model_size")
+    findings.write_findings(out, "natural")  # from the tables above
     written = [Path(f) for f in layout.natural_outputs(out) if Path(f).name != layout.PROVENANCE]
     write_provenance(out, args.config_sha256, emergence["run_id"],
                      [f.relative_to(out) for f in written])  # fmt: skip

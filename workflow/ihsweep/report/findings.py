@@ -1,0 +1,444 @@
+"""The report's front page: what this study found, beside what the paper found.
+
+Each aggregate step ends by writing its experiments' findings as reStructuredText,
+``findings.rst`` in its folder (``write_findings``), from the tables it has just written; the
+report's front page (workflow/report/workflow.rst) includes them before anything else. Every
+statement is computed from those tables with the analysis modules' own results, not recomputed:
+the law fit of ``lawfit.fit_law`` (lawfit.json), the frontier cells and sensitivity verdict per
+setting (frontier.json: ``Frontier.summary`` and ``frontier.sensitivity``), the cell outcomes
+(cells.csv: ``frontier.cell_outcomes``), and the experiment-3 cells of
+``frontier.property_table`` over the synthetic runs of emergence.csv. The only findings written
+down here are the paper's, in ``PAPER``. An experiment the study does not run, or whose runs
+are too few (or too uniform) to fit or compare, says so in words, and each paragraph links to
+its detailed page in the report (``name``_ references resolve against the targets Snakemake's
+report defines for its results, by file name).
+
+- **Experiment 1.** The fitted law ``U_pt = T / (B^a C^b)``: a and b with their 95% bootstrap
+  intervals and r, next to the paper's values (and whether each lies inside the interval); the
+  model-size coefficient c of the extended fit (the paper: none); how many runs the fit used
+  and what it left out (``tables.left_out``), and how seeds enter (each run one observation).
+- **Experiment 2.** Per (f, r) setting over a bigram chain: the cells where IHs emerged (a cell
+  emerges when a strict majority of its runs do), the frontier as its minimal cells, whether
+  every cell of the region above it emerged, and the sensitivity verdict with its reason
+  ("comparable" and "undetermined" shown as such), against the paper's "reliability".
+- **Experiment 3.** Per (f, r) cell of the synthetic chains: which chains (+D/-D, +C/-C,
+  marginal) formed IHs; then the paper's three claims judged on those cells: -D never forms
+  IHs, high f and r suffice (every +D chain at the highest cell), and near the frontier
+  (``PAPER["near_frontier_cell"]``) only Zipfian, categorial data forms IHs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from types import MappingProxyType
+
+import pandas as pd
+
+from ihsweep import layout
+from ihsweep.analysis import frontier
+from ihsweep.analysis.markov import SETTING_KEYS
+from ihsweep.io import atomic_path
+from ihsweep.report.tables import left_out
+
+# The paper's results (Aoyama, Wilcox and Schneider, arXiv 2511.16893; SPEC sections 3-4): the
+# only findings not computed from this study's tables.
+PAPER = MappingProxyType(
+    {
+        "a": 0.37,
+        "b": 0.62,
+        "r": 0.98,
+        "c": 0.0,  # no model-size dependence, 50M to 7B parameters
+        "model_size": "no dependence on model size (50M to 7B parameters)",
+        "frontier": "IHs form only above an effective Pareto frontier in the (f, r) plane",
+        "sensitivity": "reliability",  # the axis emergence is more sensitive to
+        "dependency": "+D is necessary: -D (i.i.d.) data never forms IHs",
+        "sufficient": "high f and r are sufficient",
+        "near_frontier_cell": (0.1, 0.3),
+        "near_frontier": "near the frontier (f = 0.1, r = 0.3) only Zipfian, categorial data"
+        " forms IHs",
+    }
+)
+
+LAW = "U_pt = T / (B^a C^b)"
+NB_HYPHEN = "\u2011"  # how "-" reads in -D, +D-C, -C: the lines of a narrow page break elsewhere
+MARGINAL_NAMES = {"zipfian": "Zipfian", "gaussian": "Gaussian", "uniform": "uniform"}
+EXPERIMENT_1 = "**Experiment 1: when IHs emerge (natural data).**"
+EXPERIMENT_2 = "**Experiment 2: which (f, r) make IHs form (semi-natural Markov data).**"
+EXPERIMENT_3 = "**Experiment 3: which data properties make IHs form (synthetic Markov data).**"
+
+
+# --- experiment 1 --------------------------------------------------------------------------
+
+
+def law_findings(fit: dict | None, emergence: pd.DataFrame | None = None) -> str:
+    """Experiment 1 from a ``lawfit.fit_law`` result (lawfit.json) and, for the seed count,
+    the emergence table it was fitted to; ``fit`` None: the study has no natural-data runs."""
+    if fit is None:
+        return f"{EXPERIMENT_1} Not in this study: no run trains on natural data."
+    details = f"Details: {_link('lawfit.html')}, {_link('law_fit.png')}."
+    paper = f"a = {PAPER['a']:g}, b = {PAPER['b']:g}, r = {PAPER['r']:g}"
+    if not fit.get("ok"):
+        return (
+            f"{EXPERIMENT_1} The law {_literal(LAW)} was not fitted: "
+            + _text(f"{fit.get('reason') or 'no fit'}. {_emerged_counts(fit)}")
+            + f" (The paper: {paper}.) {details}"
+        )
+    fitted = ["by least squares on log10 U_pt, with its 95% bootstrap intervals below.",
+              left_out(fit), _seeds(fit, emergence)]  # fmt: skip
+    intro = f"{EXPERIMENT_1} The law {_literal(LAW)}, " + _text(" ".join(x for x in fitted if x))
+    rows = [
+        ["", "this study [95% bootstrap CI]", "the paper"],
+        ["a (exponent of B)", *_estimate_and_paper(fit, "a")],
+        ["b (exponent of C)", *_estimate_and_paper(fit, "b")],
+        ["r (predicted vs observed)", _num(fit.get("r")), f"{PAPER['r']:g}"],
+        ["c (of log10 N_params)", *_size_and_paper(fit)],
+    ]
+    return "\n\n".join([intro, _list_table(rows), details])
+
+
+def _emerged_counts(fit: dict) -> str:
+    return (
+        f"{fit.get('n_runs', 0)} of {fit.get('n_table_runs', '?')} runs emerged;"
+        f" {fit.get('n_not_emerged', 0)} had no transition within the budget,"
+        f" {fit.get('n_diverged', 0)} diverged."
+    )
+
+
+def _seeds(fit: dict, emergence: pd.DataFrame | None) -> str:
+    """How seeds enter the fit (lawfit: each run is one observation), with the seed count."""
+    if emergence is None or not len(emergence):
+        return "Each run is one observation, whatever its seed."
+    runs = emergence[emergence["run_id"].astype(str).isin(fit.get("run_ids") or [])]
+    per_cell = runs.groupby(["data", "model", "batch_size", "context_size"])["seed"].nunique()
+    most = int(per_cell.max()) if len(per_cell) else 0
+    if most <= 1:
+        return "One seed per (data, model, B, C) cell."
+    return (
+        f"Up to {most} seeds per (data, model, B, C) cell, each run one observation (not averaged:"
+        " a cell with more seeds weighs more)."
+    )
+
+
+def _estimate_and_paper(fit: dict, key: str) -> list[str]:
+    value, ci, paper = fit.get(key), fit.get(f"{key}_ci"), PAPER[key]
+    if value is None:
+        return ["not fitted", f"{paper:g}"]
+    if not ci:
+        return [f"{_num(value)} (no interval)", f"{paper:g}"]
+    where = "inside" if ci[0] <= paper <= ci[1] else "outside"
+    return [f"{_num(value)} {_interval(ci)}", f"{paper:g} ({where} the interval)"]
+
+
+def _size_and_paper(fit: dict) -> list[str]:
+    """The model-size coefficient c of the extended fit against the paper's c = 0."""
+    paper = f"{PAPER['c']:g}, no size effect"
+    if fit.get("c") is None:
+        return [f"not tested: {fit.get('c_note') or 'no size fit'}", paper]
+    if not fit.get("c_ci"):
+        return [f"{_num(fit['c'])} (no interval)", paper]
+    if fit.get("c_excludes_zero"):
+        where = "outside the interval: a size effect here"
+    else:
+        where = "inside the interval"
+    return [f"{_num(fit['c'])} {_interval(fit['c_ci'])}", f"{paper} ({where})"]
+
+
+# --- experiment 2 --------------------------------------------------------------------------
+
+
+def frontier_findings(runs: pd.DataFrame, cells: pd.DataFrame, fronts: dict) -> str:
+    """Experiment 2 from the Markov aggregate's run table (emergence.csv), cell table
+    (cells.csv) and frontier record (frontier.json): one item per setting over a bigram chain."""
+    bigram = sorted(set(runs.loc[runs["chain_kind"] == "bigram", "grid"].astype(str)))
+    if not bigram:
+        return f"{EXPERIMENT_2} Not in this study: no run trains on a bigram Markov chain."
+    stems = set(layout.markov_figures(runs.to_dict("records")))
+    items = []
+    bigram_cells = cells[cells["grid"].astype(str).isin(bigram)]
+    for key, table in bigram_cells.groupby(SETTING_KEYS, sort=True):
+        name = layout.setting_name(*key)
+        item = f"*{_text(name)}*: " + _text(_setting(table, fronts.get(name)))
+        if f"frontier-{name}" in stems:
+            item += f" Details: {_link(f'frontier-{name}.png')}."
+        items.append(item)
+    paper = (
+        f"The paper found that {PAPER['frontier']}, and that emergence is more sensitive to"
+        f" {PAPER['sensitivity']} than to {_other_axis(PAPER['sensitivity'])}."
+    )
+    pooled = (
+        " A cell emerged when a strict majority of its runs did."
+        if (cells["n_runs"] > 1).any()
+        else ""
+    )
+    return "\n\n".join([f"{EXPERIMENT_2} {_text(paper + pooled)}", _bullets(items)])
+
+
+def _setting(table: pd.DataFrame, front: dict | None) -> str:
+    """One setting's cells, frontier and verdict, in words."""
+    emerged = table[table["emerged"].astype(bool)]
+    diverged = table[(table["n_runs"] == 0) & (table.get("n_diverged", 0) > 0)]
+    parts = [f"IHs emerged in {len(emerged)} of {len(table)} (f, r) cells"]
+    parts[0] += f": {_cells(emerged)}." if len(emerged) else "."
+    if len(diverged):
+        parts.append(f"Every run diverged in {_cells(diverged)}.")
+    if front is None:
+        parts.append("A single (f, r) cell: no frontier and no sensitivity verdict.")
+        return " ".join(parts)
+    if front["frontier"]:
+        parts.append(f"Frontier (the minimal emerging cells): {_pairs(front['frontier'])}.")
+        if front.get("monotone", True):
+            parts.append("Every cell above it emerged, so one frontier separates the grid.")
+        else:
+            parts.append(
+                f"Not monotone: {_pairs(front['violations'])} lie above the frontier but did"
+                " not emerge, so no single frontier separates the grid."
+            )
+    else:
+        parts.append("No cell emerged, so there is no frontier.")
+    parts.append(_verdict(front.get("sensitivity") or {}))
+    return " ".join(parts)
+
+
+def _verdict(verdict: dict) -> str:
+    """The sensitivity verdict, how it compares with the paper's, and its reason."""
+    name, paper = verdict.get("verdict", "undetermined"), PAPER["sensitivity"]
+    if name in ("reliability", "frequency"):
+        text = f"More sensitive to {name} than to {_other_axis(name)}"
+        text += ", as in the paper" if name == paper else f", unlike the paper ({paper})"
+    elif name == "comparable":
+        text = f"Sensitivity comparable, neither axis clearly matters more (the paper: {paper})"
+    else:
+        text = f"Sensitivity undetermined (the paper: {paper} matters more)"
+    return f"{text}: {verdict['reason']}." if verdict.get("reason") else f"{text}."
+
+
+def _other_axis(name: str) -> str:
+    return "frequency" if name == "reliability" else "reliability"
+
+
+# --- experiment 3 --------------------------------------------------------------------------
+
+
+def property_findings(runs: pd.DataFrame) -> str:
+    """Experiment 3 from the Markov aggregate's run table (emergence.csv): its synthetic runs
+    pooled by ``frontier.property_table`` (every model, B and C of a cell together)."""
+    synthetic = runs[runs["chain_kind"] == "synthetic"]
+    if not len(synthetic):
+        return f"{EXPERIMENT_3} Not in this study: no run trains on a synthetic Markov chain."
+    table = frontier.property_table(synthetic)
+    f, r = table["frequency"].astype(float), table["reliability"].astype(float)
+    items = []
+    for (fv, rv), cell in table.groupby([f, r], sort=True):
+        items.append(f"At (f, r) = {_pair(fv, rv)}: " + _text(_property_cell(cell)))
+    items.reverse()  # the highest (f, r) first
+    claims = [_minus_d(table), _sufficient(table), _near_frontier(table)]
+    intro = f"{EXPERIMENT_3} " + _text(
+        "Chains that formed IHs at each (f, r), every model, B and C of a cell pooled (+D: local"
+        " dependency, -D: i.i.d. tokens; +C/-C: categorial or not; then the marginal):"
+    )
+    return "\n\n".join(
+        [intro, _bullets(items), "Against the paper:", _bullets(claims),
+         f"Details: {_link('properties.png')}."]
+    )  # fmt: skip
+
+
+def chain_label(row) -> str:
+    """``+D+C Zipfian``, ``+D-C uniform``, ``-D Gaussian`` (-D has no categoriality)."""
+    marginal = MARGINAL_NAMES.get(str(row["marginal"]).lower(), str(row["marginal"]))
+    if not bool(row["dependency"]):
+        return f"-D {marginal}"
+    return f"+D{'+C' if bool(row['categorial']) else '-C'} {marginal}"
+
+
+def _property_cell(cell: pd.DataFrame) -> str:
+    voting = cell[cell["n_runs"] > 0]
+    formed = voting[voting["emerged"].astype(bool)]
+    not_formed = voting[~voting["emerged"].astype(bool)]
+    parts = []
+    if len(formed):
+        labels = [f"{chain_label(row)} ({row['label']} tokens)" for _, row in formed.iterrows()]
+        parts.append("IHs formed with " + ", ".join(labels))
+    else:
+        parts.append("no chain formed IHs")
+    if len(not_formed) and len(formed):
+        parts.append("not with " + _labels(not_formed))
+    elif len(not_formed):
+        parts[0] += " (" + _labels(not_formed) + ")"
+    diverged = cell[cell["n_runs"] == 0]
+    if len(diverged):
+        parts.append("every run diverged with " + _labels(diverged))
+    return "; ".join(parts) + "."
+
+
+def _minus_d(table: pd.DataFrame) -> str:
+    claim = f"*{_text(PAPER['dependency'])}*: "
+    minus = table[~table["dependency"].astype(bool) & (table["n_runs"] > 0)]
+    if not len(minus):
+        return claim + _text("not tested here (no -D chain with a run that did not diverge).")
+    formed = minus[minus["emerged"].astype(bool)]
+    if len(formed):
+        return claim + _text(f"does not hold here: {_labelled_cells(formed)} formed IHs.")
+    return claim + _text(
+        f"holds here: no -D chain formed IHs ({len(minus)} tested, at {_cells(_fr_cells(minus))})."
+    )
+
+
+def _sufficient(table: pd.DataFrame) -> str:
+    claim = f"*{_text(PAPER['sufficient'])}*: "
+    f, r = table["frequency"].astype(float), table["reliability"].astype(float)
+    top = table[(f == f.max()) & (r == r.max())]
+    plus = top[top["dependency"].astype(bool) & (top["n_runs"] > 0)]
+    where = f"at the highest cell, (f, r) = {_pair(f.max(), r.max())}"
+    if not len(plus):
+        return claim + _text(f"not tested here (no +D chain {where}).")
+    formed = plus[plus["emerged"].astype(bool)]
+    if len(formed) == len(plus):
+        return claim + _text(f"holds here: all {len(plus)} +D chains formed IHs {where}.")
+    missing = plus[~plus["emerged"].astype(bool)]
+    return claim + _text(
+        f"does not hold here: {len(formed)} of {len(plus)} +D chains formed IHs {where}"
+        f" (not {_labels(missing)})."
+    )
+
+
+def _near_frontier(table: pd.DataFrame) -> str:
+    claim = f"*{_text(PAPER['near_frontier'])}*: "
+    fv, rv = PAPER["near_frontier_cell"]
+    at = table[
+        [
+            math.isclose(f, fv) and math.isclose(r, rv)
+            for f, r in zip(table["frequency"], table["reliability"], strict=True)
+        ]
+    ]
+    at = at[at["n_runs"] > 0]
+    if not len(at):
+        return claim + _text(f"not tested here (no synthetic chain at {_pair(fv, rv)}).")
+    is_zipf_c = [
+        bool(row["dependency"])
+        and bool(row["categorial"])
+        and str(row["marginal"]).lower() == "zipfian"
+        for _, row in at.iterrows()
+    ]
+    zipf_c, others = at[is_zipf_c], at[[not z for z in is_zipf_c]]
+    others_formed = others[others["emerged"].astype(bool)]
+    if len(others_formed):
+        return claim + _text(f"does not hold here: {_labels(others_formed)} formed IHs there too.")
+    if not len(zipf_c):
+        return claim + _text(
+            f"cannot be judged here: no Zipfian +D+C chain at {_pair(fv, rv)} (none of the"
+            f" {len(others)} chains tested there formed IHs)."
+        )
+    if not zipf_c["emerged"].astype(bool).all():
+        return claim + _text(
+            "does not hold here: no chain formed IHs there, not even Zipfian +D+C."
+        )
+    if not len(others):
+        return claim + _text(
+            "cannot be judged here: only Zipfian +D+C was tested there (it formed IHs)."
+        )
+    return claim + _text(
+        f"holds here: of the {len(at)} chains tested there only Zipfian +D+C formed IHs"
+        f" (not {_labels(others)})."
+    )
+
+
+def _labels(table: pd.DataFrame) -> str:
+    return ", ".join(chain_label(row) for _, row in table.iterrows())
+
+
+def _labelled_cells(table: pd.DataFrame) -> str:
+    return ", ".join(
+        f"{chain_label(row)} at {_pair(row['frequency'], row['reliability'])}"
+        for _, row in table.iterrows()
+    )
+
+
+def _fr_cells(table: pd.DataFrame) -> pd.DataFrame:
+    """The distinct (f, r) cells of a table, highest first."""
+    cells = table[["frequency", "reliability"]].drop_duplicates()
+    return cells.sort_values(["frequency", "reliability"], ascending=False)
+
+
+# --- the files -----------------------------------------------------------------------------
+
+
+def natural_findings(folder: str | Path = layout.NATURAL) -> str:
+    """Experiment 1's findings from the natural aggregate's cached tables in ``folder``."""
+    folder = Path(folder)
+    fit = json.loads((folder / "lawfit.json").read_text())
+    emergence = pd.read_csv(folder / "emergence.csv")
+    return law_findings(fit, emergence) + "\n"
+
+
+def markov_findings(folder: str | Path = layout.MARKOV) -> str:
+    """Experiments 2 and 3's findings from the Markov aggregate's cached tables in ``folder``."""
+    folder = Path(folder)
+    runs = pd.read_csv(folder / "emergence.csv")
+    cells = pd.read_csv(folder / "cells.csv")
+    fronts = json.loads((folder / "frontier.json").read_text())
+    sections = [frontier_findings(runs, cells, fronts), property_findings(runs)]
+    return "\n\n".join(sections) + "\n"
+
+
+def write_findings(folder: str | Path, aggregate: str) -> Path:
+    """Write ``folder/findings.rst`` for the ``natural`` or ``markov`` aggregate's tables."""
+    read = natural_findings if aggregate == "natural" else markov_findings
+    out = Path(folder) / layout.FINDINGS
+    with atomic_path(out) as tmp:
+        Path(tmp).write_text(read(folder))
+    return out
+
+
+# --- reStructuredText ----------------------------------------------------------------------
+
+
+def _text(text: str) -> str:
+    """Plain text as reStructuredText: inline-markup characters escaped (``|b_r|`` stays),
+    and the minus of -D and -C a non-breaking hyphen, so that no line ends in "-"."""
+    text = re.sub(r"-(?=[DC](?!\w))", NB_HYPHEN, text)
+    return re.sub(r"([\\`*_|])", r"\\\1", text)
+
+
+def _literal(text: str) -> str:
+    return f"``{text}``"
+
+
+def _link(target: str) -> str:
+    """A reference to a report result by file name (Snakemake's report defines the target)."""
+    return f"`{target}`_"
+
+
+def _bullets(items: list[str]) -> str:
+    return "\n".join(f"- {item}" for item in items)
+
+
+def _list_table(rows: list[list[str]]) -> str:
+    """A ``list-table`` with the first row as its header; cells are plain text."""
+    lines = [".. list-table::", "   :header-rows: 1", ""]
+    for row in rows:
+        for i, cell in enumerate(row):
+            lines.append(f"   {'* -' if i == 0 else '  -'} {_text(cell)}".rstrip())
+    return "\n".join(lines)
+
+
+def _num(value) -> str:
+    return "n/a" if value is None or not math.isfinite(value) else f"{value:.3g}"
+
+
+def _interval(ci) -> str:
+    return f"[{ci[0]:.3g}, {ci[1]:.3g}]"
+
+
+def _pair(f, r) -> str:
+    return f"({float(f):g}, {float(r):g})"
+
+
+def _pairs(pairs) -> str:
+    return ", ".join(_pair(f, r) for f, r in pairs)
+
+
+def _cells(table: pd.DataFrame) -> str:
+    return _pairs(zip(table["frequency"], table["reliability"], strict=True))
