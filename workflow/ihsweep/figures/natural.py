@@ -54,6 +54,7 @@ from ihsweep.figures.style import (
     new_figure,
     save_figure,
 )
+from ihsweep.report.findings import PAPER
 
 
 def plot_run_curves(model_table: pd.DataFrame, emergence: pd.DataFrame, out_stem) -> list[Path]:
@@ -490,7 +491,7 @@ def _law_text(fit: dict, emergence: pd.DataFrame | None = None) -> str:
         est("c (log10 N)", "c") if fit.get("c") is not None else "c: not tested",
         f"n = {fit['n_runs']} runs, 95% bootstrap CIs",
         _left_out_text(fit, pd.DataFrame() if emergence is None else emergence),
-        "(paper: a = 0.37, b = 0.62)",
+        f"(paper: a = {PAPER['a']:g}, b = {PAPER['b']:g})",
     ]
     return "\n".join(line for line in lines if line)
 
