@@ -154,6 +154,11 @@ runs: [{data: semi, model: tiny, batch_size: 8, context_size: 32}]
 
 DIRECT_CASES = [
     (
+        "lawfit-unknown-model",
+        "lawfit: {model: w99}",
+        ["lawfit.model: 'w99' is not a model", "tiny"],
+    ),
+    (
         "markov-unreachable-frequency",
         MARKOV % (0.9, 16),
         ["datasets.syn.frequency: requested f=0.9", "unreachable", "runs[0]"],
@@ -397,7 +402,7 @@ def test_defaults_are_filled_in(monkeypatch):
     study = prepare(config)
     assert config["probe"] == {"n_sequences": 100, "max_half_length": 50, "seed": 1234}
     assert config["emergence"] == {"metric": "ps_max", "method": "breakpoint", "min_rise": 0.1}
-    assert config["lawfit"] == {"bootstrap": 1000, "seed": 0}
+    assert config["lawfit"] == {"bootstrap": 1000, "seed": 0, "model": None}
     assert config["training"]["lr"] == 0.001  # given values stay
     assert config["training"]["warmup_fraction"] == 0.01
     assert config["execution"] == {

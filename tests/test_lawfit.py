@@ -199,3 +199,32 @@ def test_tables_without_outcomes_count_every_run_as_completed(fit):
     assert fit_law(table, n_boot=50, seed=0)["n_runs"] == 16
     failed = fit_law(law_table().head(2).assign(outcome="diverged"), n_boot=50, seed=0)
     assert failed["ok"] is False and failed["n_diverged"] == 2  # said even when not fitted
+
+
+def test_model_fits_the_law_on_one_size_and_the_size_term_on_every_size():
+    # A B x C grid of the reference model from the exact law, plus two other sizes at one cell
+    # whose emergence depends on size (c = 0.5): without noise, the law fitted on the reference
+    # model is exact (r = 1); fitted on every run, the other sizes are residuals it cannot explain.
+    grid = law_table(noise=0.0)
+    middle = grid[(grid["batch_size"] == 16) & (grid["context_size"] == 64)]
+    others = []
+    for n, name in ((1e5, "small"), (1e7, "large")):
+        row = middle.iloc[0].copy()
+        row["run_id"], row["model"], row["n_params"] = f"{name}-run", name, int(n)
+        row["updates_pt"] = row["updates_pt"] * (n / 1e6) ** 0.5
+        others.append(row)
+    table = pd.concat([grid, pd.DataFrame(others)], ignore_index=True)
+
+    one = fit_law(table, n_boot=200, seed=0, model="m1e+06")
+    assert one["model"] == "m1e+06" and one["n_runs"] == 16 and one["n_other_models"] == 2
+    assert "small-run" not in one["run_ids"]
+    for key, truth in (("a", A), ("b", B_EXP), ("log10_T", LOG10_T)):
+        assert one[key] == pytest.approx(truth, abs=1e-9)
+    assert one["r"] == pytest.approx(1.0, abs=1e-12)
+    assert one["c"] == pytest.approx(0.5, abs=1e-9)  # the size term sees every model
+    assert one["c_ci"] == pytest.approx([0.5, 0.5], abs=1e-9)
+
+    every = fit_law(table, n_boot=200, seed=0)
+    assert every["model"] is None and every["n_runs"] == 18 and every["n_other_models"] == 0
+    assert every["r"] < 0.99 and every["c"] == pytest.approx(0.5, abs=1e-9)
+    json.dumps(one, allow_nan=False)

@@ -777,6 +777,12 @@ def _entry_training(config: dict, index: int) -> dict:
 def _check_semantics(config: dict) -> list[tuple[int, Run]]:
     """Check the config; return every run with the index of its runs entry."""
     _check_models(config["models"])
+    law_model = config["lawfit"]["model"]
+    if law_model is not None and law_model not in config["models"]:
+        raise ConfigError(
+            f"lawfit.model: {law_model!r} is not a model; use one of "
+            f"{', '.join(sorted(config['models']))} or null (every run)"
+        )
     for name, dataset in config["datasets"].items():
         _check_dataset(name, dataset)
         _check_chain_source(config["datasets"], dataset.get("grid", name), dataset)

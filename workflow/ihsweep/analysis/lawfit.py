@@ -32,7 +32,13 @@ What is reported and how:
 - Leave-one-out prediction: refit without each run and predict it. ``loo_rmse_log10`` is the
   root-mean-square error in log10 units (0.1 is a factor of 1.26); ``loo`` lists per-run
   observed and predicted log10 U_pt (None where dropping the run makes the design singular).
-- Model-size test: with at least 2 distinct ``n_params`` among the emerged runs, refit
+- Which runs: every emerged run, or with ``lawfit.model`` only those of one model (the B x C
+  grid's), as the paper fits its law at one model size; ``n_other_models`` counts the emerged
+  runs of other models, which enter only the size test. Where emergence depends on size, as it
+  can at small scale, runs of other sizes at one (B, C) cell are residuals the law cannot
+  explain: they lower r and widen the intervals without saying anything about a or b.
+- Model-size test: with at least 2 distinct ``n_params`` among the emerged runs (of every
+  model, whatever ``model`` says), refit
   ``log10 U_pt = log10 T - a log10 B - b log10 C + c log10 N_params`` and report c with its
   bootstrap interval (same resamples). The law claims c = 0; an interval excluding 0 is evidence
   against size independence. Otherwise the c fields are None and ``c_note`` says why.
@@ -56,11 +62,17 @@ FORMULA = "log10 U_pt = log10 T - a log10 B - b log10 C"
 SIZE_FORMULA = FORMULA + " + c log10 N_params"
 
 
-def fit_law(emergence: pd.DataFrame, n_boot: int, seed: int) -> dict:
-    """Fit the law to the emerged runs of an emergence table; see the module docstring."""
-    runs = _emerged_runs(emergence)
+def fit_law(emergence: pd.DataFrame, n_boot: int, seed: int, model: str | None = None) -> dict:
+    """Fit the law to the emerged runs of an emergence table; see the module docstring.
+
+    ``model`` (a model name, the table's ``model`` column) fits a, b and log10 T on that model's
+    runs only, and the size test on every model's; None fits both on every run."""
+    every_model = _emerged_runs(emergence)
+    runs = every_model if model is None else every_model[every_model["model"] == model]
+    runs = runs.reset_index(drop=True)
     result = _empty_result(runs, n_boot, seed)
-    result.update(_left_out(emergence, runs))
+    result.update(_left_out(emergence, runs), model=model)
+    result["n_other_models"] = len(every_model) - len(runs)
     problem = _design_problem(runs)
     if problem:
         result["reason"] = problem
@@ -96,7 +108,13 @@ def fit_law(emergence: pd.DataFrame, n_boot: int, seed: int) -> dict:
             for rid, o, p in zip(runs["run_id"], y, loo, strict=True)
         ],
     )
-    result.update(_size_test(runs, x, y, resamples))
+    if model is None:
+        result.update(_size_test(runs, resamples))
+    else:  # its own resamples, of every model's runs; a second stream of the same seed
+        size_resamples = np.random.default_rng([seed, 1]).integers(
+            0, len(every_model), size=(n_boot, len(every_model))
+        )
+        result.update(_size_test(every_model, size_resamples))
     return result
 
 
@@ -160,6 +178,8 @@ def _empty_result(runs: pd.DataFrame, n_boot: int, seed: int) -> dict:
         **dict.fromkeys(["residual_sd_log10", "loo_rmse_log10"]),
         "loo_n": 0,
         "loo": [],
+        "model": None,
+        "n_other_models": 0,
         "size_formula": SIZE_FORMULA,
         **dict.fromkeys(["c", "c_ci", "c_excludes_zero", "size_fit", "c_note"]),
         "c_n_boot_used": 0,
@@ -219,8 +239,9 @@ def _leave_one_out(x: np.ndarray, y: np.ndarray) -> list[float | None]:
     return predictions
 
 
-def _size_test(runs: pd.DataFrame, x_base: np.ndarray, y: np.ndarray, resamples) -> dict:
+def _size_test(runs: pd.DataFrame, resamples: np.ndarray) -> dict:
     sizes = runs["n_params"].nunique()
+    y = np.log10(runs["updates_pt"].to_numpy(float))
     if sizes < 2:
         return {"c_note": f"{sizes} distinct n_params among emerged runs; need 2 to test size"}
     x = _design(runs, with_size=True)

@@ -118,7 +118,8 @@ def _seeds(fit: dict, emergence: pd.DataFrame | None) -> str:
         return "One seed per (data, model, B, C) cell."
     return (
         f"Up to {most} seeds per (data, model, B, C) cell, each run one observation (not averaged:"
-        " a cell with more seeds weighs more)."
+        " a cell with more seeds weighs more), so r includes seed-to-seed noise, like the paper's"
+        " r over single-seed runs."
     )
 
 

@@ -253,9 +253,15 @@ def left_out(fit: dict) -> str:
         return ""
     ids = fit.get("diverged_run_ids") or []
     diverged = f" ({', '.join(ids)})" if ids else ""
+    others = ""
+    if fit.get("model"):
+        others = (
+            f" {fit.get('n_other_models', 0)} emerged runs of other models (a, b and T are"
+            f" fitted on model {fit['model']}'s; every model's enter the size term c),"
+        )
     return (
         f"Fitted on {fit.get('n_runs', 0)} of {fit.get('n_table_runs', '?')} runs; left out:"
-        f" {fit.get('n_not_emerged', 0)} without a transition within the budget,"
+        f"{others} {fit.get('n_not_emerged', 0)} without a transition within the budget,"
         f" {fit['n_diverged']} diverged{diverged}."
     )
 

@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
 
     model_table = pd.concat([pd.read_parquet(t) for t in args.model_tables], ignore_index=True)
     emergence = emergence_table(model_table, spec)
-    fit = fit_law(emergence, n_boot=fit_spec["bootstrap"], seed=fit_spec["seed"])
+    fit = fit_law(emergence, fit_spec["bootstrap"], fit_spec["seed"], fit_spec["model"])
 
     with atomic_path(path("emergence.csv")) as tmp:
         emergence.to_csv(tmp, index=False)
