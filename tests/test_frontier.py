@@ -17,6 +17,7 @@ from ihsweep.analysis.frontier import (
     pareto_frontier,
     property_table,
     sensitivity,
+    timing_sensitivity,
 )
 from ihsweep.figures.markov import plot_frontier, plot_generator_stats, plot_property_grid
 from scipy.special import expit
@@ -388,3 +389,37 @@ def test_frontier_figure_handles_a_grid_where_nothing_emerged(tmp_path):
         "1M",
         "25k",
     ]
+
+
+def timing_runs(b_f, b_r, noise, seeds=2, emerged_below=None):
+    """Runs on a 4 x 4 (f, r) grid whose log10 tokens_pt is 6 + b_f (f - 0.75) + b_r (r - 0.85)
+    plus noise; runs later than ``emerged_below`` tokens did not emerge."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for f in (0.6, 0.7, 0.8, 0.9):
+        for r in (0.7, 0.8, 0.9, 1.0):
+            for seed in range(seeds):
+                log_t = 6 + b_f * (f - 0.75) + b_r * (r - 0.85) + rng.normal(0, noise)
+                emerged = emerged_below is None or 10**log_t < emerged_below
+                rows.append({"frequency": f, "reliability": r, "seed": seed, "emerged": emerged,
+                             "tokens_pt": 10**log_t if emerged else np.nan})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def test_timing_sensitivity_recovers_the_slopes_and_decides_only_when_sure():
+    exact = timing_sensitivity(timing_runs(-0.5, -2.0, noise=0.0))
+    assert exact["coef_frequency"] == pytest.approx(-0.5) and exact["n_runs"] == 32
+    assert exact["coef_reliability"] == pytest.approx(-2.0)
+    assert exact["share_reliability"] == pytest.approx(0.8)
+    assert exact["verdict"] == "reliability"
+
+    noisy = timing_runs(-0.5, -2.0, noise=0.1, emerged_below=10**6.3)  # censored late runs
+    result = timing_sensitivity(noisy)
+    assert result["verdict"] == "reliability" and result["n_runs"] < 32
+    assert result["share_reliability_ci"][0] > 0.5
+    assert result["coef_reliability_ci"][1] < 0  # later as r falls, and surely so
+    assert timing_sensitivity(timing_runs(-2.0, -0.5, noise=0.05))["verdict"] == "frequency"
+    # Equal slopes with noise: the interval straddles 0.5, so no axis is named.
+    assert timing_sensitivity(timing_runs(-1.0, -1.0, noise=0.3))["verdict"] == "undecided"
+    few = timing_sensitivity(timing_runs(-1.0, -1.0, noise=0.0).head(3))
+    assert few["verdict"] == "undetermined" and few["share_reliability"] is None

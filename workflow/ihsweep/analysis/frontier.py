@@ -48,6 +48,15 @@ Method choices (the paper publishes none of these):
   "undetermined" when the data cannot say (every run had the same outcome, or an axis has a
   single value).
 
+- **Which axis delays emergence more.** Outcomes are coarse: on a grid where most cells
+  emerge, a yes/no fit rests on the few that did not. ``timing_sensitivity`` also uses *when*
+  the emerged runs emerged: least squares of log10 tokens_pt on f and r (probability units),
+  with a bootstrap over runs for the 95% interval of ``share_reliability`` =
+  |b_r| / (|b_f| + |b_r|). Its verdict is "reliability" (or "frequency") only when the whole
+  interval lies above (below) 0.5, otherwise "undecided"; so it says how sure it is, which the
+  outcome fit's ratio does not. Runs that did not emerge are censored and left out (they would
+  only make the slopes steeper), so it measures the emerging region.
+
 - **Experiment 3.** ``property_table`` is the same per-cell pooling over the keys
   (dependency D, categoriality C, marginal, f, r), with a printable ``label``: the emergence
   point in tokens, or "none".
@@ -224,6 +233,72 @@ def sensitivity(cells: pd.DataFrame, ridge: float = RIDGE, min_ratio: float = MI
         "r_per_f": b_f / b_r if b_r != 0 else None,
         "separable": separable,
     }
+
+
+def timing_sensitivity(runs: pd.DataFrame, n_boot: int = 1000, seed: int = 0) -> dict:
+    """Does emergence come later as f or as r falls, and which more? (See the module docstring.)
+
+    ``runs``: one setting's per-run table (``frequency``, ``reliability``, ``emerged``,
+    ``tokens_pt``). Returns a JSON-ready dict: ``verdict`` ("reliability", "frequency",
+    "undecided" or "undetermined": too few emerged runs or an axis without spread),
+    ``reason``, ``method``, the slopes ``coef_frequency`` and ``coef_reliability`` (decades of
+    tokens per unit of probability; negative: more of it, earlier), their 95% bootstrap
+    intervals ``*_ci``, ``share_reliability`` with ``share_reliability_ci``, ``n_runs``,
+    ``n_boot_used``.
+    """
+    _require(runs, [*CELL_KEYS, "emerged", "tokens_pt"], "run table")
+    tokens = pd.to_numeric(runs["tokens_pt"], errors="coerce").to_numpy(float)
+    keep = runs["emerged"].astype(bool).to_numpy() & np.isfinite(tokens) & (tokens > 0)
+    f, r = _fr(runs[keep])
+    y = np.log10(tokens[keep])
+    result = {
+        "method": "least squares of log10 tokens_pt on f and r over the emerged runs;"
+        " bootstrap over runs",
+        "n_runs": int(keep.sum()),
+        "n_boot": int(n_boot),
+        "seed": int(seed),
+    }
+    x = np.column_stack([np.ones(len(y)), f, r])
+    if len(y) < 4 or np.linalg.matrix_rank(x) < 3:
+        return result | {
+            "verdict": "undetermined",
+            "reason": f"{len(y)} emerged runs without spread in both f and r; the timing fit"
+            " needs at least 4 that vary in both",
+            **dict.fromkeys(["coef_frequency", "coef_reliability", "share_reliability"]),
+            **dict.fromkeys(["coef_frequency_ci", "coef_reliability_ci", "share_reliability_ci"]),
+            "n_boot_used": 0,
+        }
+    coef = np.linalg.lstsq(x, y, rcond=None)[0]
+    draws = np.random.default_rng(seed).integers(0, len(y), size=(n_boot, len(y)))
+    boot = np.array([np.linalg.lstsq(x[d], y[d], rcond=None)[0]
+                     for d in draws if np.linalg.matrix_rank(x[d]) == 3])  # fmt: skip
+    share = _share(coef[1], coef[2])
+    shares = np.array([_share(b[1], b[2]) for b in boot])
+    ci = [float(v) for v in np.percentile(shares, [2.5, 97.5])]
+    if ci[0] > 0.5:
+        verdict = "reliability"
+    elif ci[1] < 0.5:
+        verdict = "frequency"
+    else:
+        verdict = "undecided"
+    return result | {
+        "verdict": verdict,
+        "reason": f"share of reliability |b_r| / (|b_f| + |b_r|) = {share:.2f}"
+        f" [{ci[0]:.2f}, {ci[1]:.2f}] in a fit of log10 tokens at emergence on f and r"
+        f" ({len(y)} emerged runs; 0.5 = equal)",
+        "coef_frequency": float(coef[1]),
+        "coef_reliability": float(coef[2]),
+        "share_reliability": share,
+        "coef_frequency_ci": [float(v) for v in np.percentile(boot[:, 1], [2.5, 97.5])],
+        "coef_reliability_ci": [float(v) for v in np.percentile(boot[:, 2], [2.5, 97.5])],
+        "share_reliability_ci": ci,
+        "n_boot_used": len(boot),
+    }
+
+
+def _share(b_f: float, b_r: float) -> float:
+    total = abs(b_f) + abs(b_r)
+    return float(abs(b_r) / total) if total > 0 else 0.5
 
 
 def property_table(emergence: pd.DataFrame) -> pd.DataFrame:

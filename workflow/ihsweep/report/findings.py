@@ -200,7 +200,22 @@ def _setting(table: pd.DataFrame, front: dict | None) -> str:
     else:
         parts.append("No cell emerged, so there is no frontier.")
     parts.append(_verdict(front.get("sensitivity") or {}))
+    if front.get("timing"):
+        parts.append(_timing(front["timing"]))
     return " ".join(parts)
+
+
+def _timing(timing: dict) -> str:
+    """The timing-based sensitivity (``frontier.timing_sensitivity``) in words."""
+    name, paper = timing["verdict"], PAPER["sensitivity"]
+    if name in ("reliability", "frequency"):
+        text = f"Emergence is delayed more by less {name} than by less {_other_axis(name)}"
+        text += ", as in the paper" if name == paper else f", unlike the paper ({paper})"
+    elif name == "undecided":
+        text = "When IHs emerge does not decide between the axes (the interval includes 0.5)"
+    else:
+        text = "No timing verdict"
+    return f"{text}: {timing['reason']}."
 
 
 def _verdict(verdict: dict) -> str:

@@ -78,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         name = layout.setting_name(*key)
         front = frontier.pareto_frontier(table)
         verdict = frontier.sensitivity(table)
-        fronts[name] = front.summary() | {"sensitivity": verdict}
+        in_setting = (runs[SETTING_KEYS] == pd.Series(key, index=SETTING_KEYS)).all(axis=1)
+        timing = frontier.timing_sensitivity(runs[in_setting])
+        fronts[name] = front.summary() | {"sensitivity": verdict, "timing": timing}
         if f"frontier-{name}" in stems:
             figures.plot_frontier(table, front, figure_stem / f"frontier-{name}", verdict)
     write_json(path("frontier.json"), fronts)
@@ -95,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     emerged = int(runs["emerged"].sum())
     print(f"{emerged} of {len(runs)} Markov runs emerged ({spec['metric']}, {spec['method']})")
     for name, front in fronts.items():
-        print(f"  {name}: frontier {front['frontier']}, {front['sensitivity']['verdict']}")
+        print(f"  {name}: frontier {front['frontier']}, {front['sensitivity']['verdict']},"
+              f" timing {front['timing']['verdict']}")  # fmt: skip
     return 0
 
 
