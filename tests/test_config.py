@@ -414,6 +414,7 @@ def test_defaults_are_filled_in(monkeypatch):
         "train_mem_mb": 16000,
         "probe_mem_mb": 8000,
         "micro_batch": "auto",
+        "compile": False,
         "device_profile": "auto",
         "overhead_minutes": 10,
         "safety": 1.5,

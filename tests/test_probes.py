@@ -253,6 +253,8 @@ def test_probe_path_gives_the_training_paths_logits(mlp, dtype):
         assert logits.std() > (1e-2 if dtype == torch.float32 else 1.0)  # not a trivial model
         atol = 1e-6 if dtype == torch.float32 else 1e-10
         torch.testing.assert_close(cached, logits, rtol=0, atol=atol)
+        # The compiled trainer's path (execution.compile): the explicit one, without the cache.
+        torch.testing.assert_close(model(tokens, explicit=True), cached, rtol=0, atol=0)
         t = tokens.shape[1]
         assert len(act["pattern"]) == len(act["z"]) == cfg.n_layer
         for pattern, z in zip(act["pattern"], act["z"], strict=True):

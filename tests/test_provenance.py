@@ -31,6 +31,7 @@ EXECUTION_EDITS = {
     "train_mem_mb": 64000,
     "probe_mem_mb": 32000,
     "micro_batch": 2,
+    "compile": True,
     "device_profile": "h100",
     "overhead_minutes": 3,
     "safety": 2.0,

@@ -17,8 +17,10 @@ import itertools
 import json
 import math
 import os
+import platform
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,10 +30,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import REPO, SCHEMA, write_chunks
 from ihsweep import cost
 from ihsweep.analysis.emergence import run_point
 from ihsweep.config import complete, prepare
+from ihsweep.data.chunks import open_chunks
 from ihsweep.layout import PROGRESS_JSON
 from ihsweep.probing.run import probe_run
 from ihsweep.steps import train as train_command
@@ -47,6 +51,8 @@ from ihsweep.training.loop import (
     ChunkSampler,
     Progress,
     batch_loss,
+    clip_gradients,
+    keep_freed_memory,
     lr_at,
     next_token_loss,
     read_progress,
@@ -89,10 +95,14 @@ def make_dataset(root: Path, n_train: int = 96, n_val: int = 8, seed: int = 0) -
     return write_chunks(root, splits, V)
 
 
-def toy_config(batch: int, checkpoint_tokens: list[int], mlp: bool, seed: int = 0, **training):
-    """A one-run study of the toy model on the toy dataset (its `training` section given)."""
+def toy_config(
+    batch: int, checkpoint_tokens: list[int], mlp: bool, seed: int = 0, model=None, **training
+):
+    """A one-run study of the toy model (``model`` overrides its keys) on the toy dataset (its
+    `training` section given)."""
+    toy = {"n_layer": 2, "n_head": 2, "d_model": 32, "mlp": mlp, "n_ctx": C, **(model or {})}
     return {
-        "models": {"toy": {"n_layer": 2, "n_head": 2, "d_model": 32, "mlp": mlp, "n_ctx": C}},
+        "models": {"toy": toy},
         "datasets": {
             "toy": {
                 "family": "natural",
@@ -114,6 +124,7 @@ def make_spec(
     lr: float = 3e-3,
     log_every: int = 1,
     seed: int = 0,
+    model: dict | None = None,
     **training,
 ) -> dict:
     """Study.train_spec of a one-run study, through ihsweep.config.prepare (defaults filled)."""
@@ -122,6 +133,7 @@ def make_spec(
         checkpoint_tokens=[k * B * C for k in range(every, steps + 1, every)],
         mlp=True,
         seed=seed,
+        model=model,
         tokens=steps * B * C,
         lr=lr,
         log_every=log_every,
@@ -449,6 +461,117 @@ def test_micro_batch_losses_weigh_parts_by_their_sequences():
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
 
 
+# --------------------------------------------------------------------------------------------
+# The trainer computes the update and nothing else; the compiled loss (execution.compile)
+
+
+def test_trainer_ends_with_the_weights_of_a_plain_loop(tmp_path, data_dir):
+    """train() ends bit for bit where a plain loop of the same model, batches (as the sampler
+    first drew them), fused AdamW, schedule and torch's clip_grad_norm_ ends, through updates
+    that were clipped and updates that were not (bench/train_speed.py --compare times the two)."""
+    spec = make_spec(steps=30, every=30)
+    train(spec, data_dir, tmp_path / "run", **CPU)
+    t, steps = spec["training"], spec["total_steps"]
+    chunks = open_chunks(data_dir, "train")
+    torch.manual_seed(spec["seed"])
+    model = GPT(GPTConfig(vocab_size=V, **spec["model_config"]))
+    optim = torch.optim.AdamW(model.parameters(), lr=t["lr"], betas=tuple(t["betas"]),
+                              eps=t["eps"], weight_decay=t["weight_decay"], fused=True)  # fmt: skip
+    norms = []
+    for step in range(steps):
+        for group in optim.param_groups:
+            group["lr"] = lr_at(step, steps, t["lr"], t["warmup_fraction"])
+        rows = first_sampler_rows(len(chunks), B, spec["seed"], step)
+        x = torch.from_numpy(chunks[rows].astype(np.int64))
+        logits = model(x[:, :-1])
+        F.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten()).backward()
+        norms.append(torch.nn.utils.clip_grad_norm_(model.parameters(), t["grad_clip"]).item())
+        optim.step()
+        optim.zero_grad(set_to_none=True)
+    assert min(norms) < t["grad_clip"] < max(norms)  # both kinds of update happened
+    assert_same_tensors(final_weights(tmp_path / "run"), model.state_dict())
+
+
+@pytest.mark.parametrize("max_norm", [1e-3, 1e3, "non-finite"])
+def test_clip_gradients_is_torchs_clipping_bit_for_bit(max_norm):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=V, n_ctx=C, n_layer=1, n_head=2, d_model=16, mlp=True))
+    next_token_loss(model, torch.randint(0, V, (3, C)), contextlib.nullcontext()).backward()
+    if max_norm == "non-finite":
+        max_norm = 1.0
+        model.wte.weight.grad[3, 5] = math.inf
+    grads = [p.grad.clone() for p in model.parameters()]
+    clip_gradients(model, max_norm)
+    ours = [p.grad.clone() for p in model.parameters()]
+    for p, grad in zip(model.parameters(), grads, strict=True):
+        p.grad = grad
+    torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    for p, clipped, grad in zip(model.parameters(), ours, grads, strict=True):
+        assert p.grad is grad  # clipped in place
+        torch.testing.assert_close(clipped, p.grad, rtol=0, atol=0, equal_nan=True)
+
+
+def test_cpu_jobs_tune_the_allocator_on_glibc():
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("glibc's mallopt only")
+    assert keep_freed_memory()
+
+
+def needs_a_compiler():
+    if shutil.which(os.environ.get("CXX", "g++")) is None:
+        pytest.skip("torch.compile on the CPU needs a C++ compiler")
+
+
+TINY = {"n_layer": 1, "d_model": 16, "mlp": False}  # compiles in the least time
+
+
+@pytest.mark.slow
+def test_compiled_run_agrees_with_the_eager_run_within_rounding(tmp_path, data_dir, capsys):
+    """Compiled (explicit attention, inductor's kernels) and eager differ only in float
+    rounding: the logged losses agree to 1e-5 relative over 20 updates, the weights to a
+    fraction of the learning rate (AdamW's eps magnifies the rounding of near-zero
+    gradients), and the state dict keeps the plain module's names."""
+    needs_a_compiler()
+    spec = make_spec(steps=20, every=10, model=TINY)
+    runs = {}
+    for compiled in (False, True):
+        run_dir = tmp_path / str(compiled)
+        summary = train(spec, data_dir, run_dir, **CPU, compile=compiled)
+        assert summary["checkpoints"] == [10, 20]
+        rows = [r for r in loss_rows(run_dir) if r[2] == "train"]
+        runs[compiled] = (np.array([float(r[3]) for r in rows]), final_weights(run_dir))
+    assert "loss compiled" in capsys.readouterr().out
+    (eager_losses, eager), (compiled_losses, compiled) = runs[False], runs[True]
+    np.testing.assert_allclose(compiled_losses, eager_losses, rtol=1e-5)
+    assert compiled.keys() == eager.keys()
+    lr = spec["training"]["lr"]
+    for name, weight in eager.items():
+        assert (compiled[name] - weight).abs().max() < 0.05 * lr, name
+    different = [name for name in eager if not torch.equal(compiled[name], eager[name])]
+    assert different, "the compiled run is not compiled (it is bit for bit the eager one)"
+
+
+@pytest.mark.slow
+def test_compiled_run_stopped_then_resumed_by_the_command_matches_bit_for_bit(tmp_path, data_dir):
+    """A compiled run stopped mid-way (not at a checkpoint) and resumed by a new process, which
+    compiles again (from the inductor cache this one filled), ends bit for bit where an
+    uninterrupted compiled run ends."""
+    needs_a_compiler()
+    spec = make_spec(steps=20, every=10, model=TINY)
+    ref_dir, run_dir = tmp_path / "ref", tmp_path / "run"
+    train(spec, data_dir, ref_dir, **CPU, compile=True)
+    assert train(spec, data_dir, run_dir, **CPU, stop_after_step=13, compile=True) == {}
+    assert read_progress(run_dir)["state"] == "interrupted"
+    assert saved_checkpoint_steps(run_dir) == [10]
+    out = run_to_end(spec, data_dir, run_dir, "--compile", "true")
+    assert "resuming at step 13/20" in out and "loss compiled" in out
+    assert saved_checkpoint_steps(run_dir) == [10, 20]
+    for step in (10, 20):
+        name = f"step_{step:06d}.safetensors"
+        assert_same_tensors(load_file(run_dir / "ckpt" / name), load_file(ref_dir / "ckpt" / name))
+    assert (run_dir / "loss.csv").read_text() == (ref_dir / "loss.csv").read_text()
+
+
 @pytest.mark.slow
 def test_sigterm_saves_state_exits_75_and_rerun_resumes_there(reference, data_dir, tmp_path):
     spec = reference["spec"]
@@ -762,15 +885,21 @@ def test_command_takes_missing_execution_flags_from_the_schema(tmp_path, monkeyp
     assert defaults["device"] == "auto" and defaults["threads"] == 1
     assert defaults["progress_seconds"] == 15
     assert defaults["micro_batch"] == "auto" and defaults["train_mem_mb"] == 16000
-    assert calls[-1] == (spec, data, run, "auto", 1, 15, "auto", 16000, None)
+    assert defaults["compile"] is False
+    assert calls[-1] == (spec, data, run, "auto", 1, 15, "auto", 16000, None, False)
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     argv = ["--spec", f"@{tmp_path / 'spec.json'}", "--data-dir", str(data), "--run-dir", str(run)]
     flags = ["--device", "cpu", "--threads", "3", "--stop-after-step", "2"]
     assert train_command.main([*argv, *flags]) == 0
-    assert calls[-1] == (spec, data, run, "cpu", 3, 15, "auto", 16000, 2)
+    assert calls[-1] == (spec, data, run, "cpu", 3, 15, "auto", 16000, 2, False)
     memory = ["--micro-batch", "2", "--memory-mb", "900"]
     assert train_command.main([*argv, *memory]) == 0
-    assert calls[-1] == (spec, data, run, "auto", 1, 15, 2, 900, None)
+    assert calls[-1] == (spec, data, run, "auto", 1, 15, 2, 900, None, False)
+    for flag, setting in (("true", True), ("False", False), ("auto", "auto")):
+        assert train_command.main([*argv, "--compile", flag]) == 0
+        assert calls[-1] == (spec, data, run, "auto", 1, 15, "auto", 16000, None, setting)
+    with pytest.raises(SystemExit):
+        train_command.main([*argv, "--compile", "yes"])
 
 
 def test_command_passes_the_progress_interval(tmp_path, monkeypatch):
@@ -903,6 +1032,34 @@ def test_sampler_batch_across_an_epoch_boundary():
     assert epoch0 != epoch1
     # Asked first, before any other batch of either epoch, the boundary batch is the same.
     assert rows_of(ChunkSampler(identity_chunks(n), batch_size, seed=11).batch(2)) == b[2]
+
+
+def first_sampler_rows(n: int, batch_size: int, seed: int, step: int) -> list[int]:
+    """The rows of step ``step`` as ChunkSampler first drew them (for every position of the
+    batch, its epoch's permutation); it was made faster since, but its batches must never
+    change: a resumed run of an existing study would no longer match its first part."""
+    flat = np.arange(step * batch_size, (step + 1) * batch_size)
+    rows = np.empty(batch_size, dtype=np.int64)
+    for epoch in np.unique(flat // n):
+        sel = flat // n == epoch
+        rows[sel] = np.random.default_rng([seed, int(epoch)]).permutation(n)[flat[sel] % n]
+    return rows.tolist()
+
+
+@pytest.mark.parametrize(("n", "batch_size"), [(10, 4), (12, 4), (3, 8), (7, 1), (96, 4), (50, 16)])
+def test_sampler_batches_are_those_of_the_first_implementation(n, batch_size, tmp_path):
+    path = tmp_path / "chunks.bin"
+    identity_chunks(n).tofile(path)
+    memmap = np.memmap(path, dtype=np.uint16, mode="r", shape=(n, 4))  # as open_chunks gives
+    steps = [*range(4 * n // batch_size + 2), 12345, 10**6]
+    for seed in (0, 5):
+        samplers = [
+            ChunkSampler(chunks, batch_size, seed) for chunks in (identity_chunks(n), memmap)
+        ]
+        for sampler in samplers:
+            for step in steps:
+                want = first_sampler_rows(n, batch_size, seed, step)
+                assert rows_of(sampler.batch(step)) == want, (seed, step)
 
 
 # --------------------------------------------------------------------------------------------

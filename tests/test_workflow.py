@@ -38,8 +38,9 @@ MODEL_COLUMNS = [
 ]  # fmt: skip
 RUN_FIELDS = ["data", "model", "batch_size", "context_size", "seed"]
 # How the study runs, not what it studies: none of it may plan a job.
-EXECUTION = "execution: {device: cpu, threads: 2, progress_seconds: 1}\n"
-OVERRIDES = ("--set-threads", "train=2", "probe=2", "--set-resources", "train:device=cpu")
+EXECUTION = "execution: {device: cpu, threads: 2, progress_seconds: 1, compile: true}\n"
+OVERRIDES = ("--set-threads", "train=2", "probe=2", "--set-resources", "train:device=cpu",
+             "train:compile=auto")  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ rule train:
         gpu_model=EXECUTION_SETTINGS["gpu_model"] or "",
         mem_mb=EXECUTION_SETTINGS["train_mem_mb"],
         micro_batch=EXECUTION_SETTINGS["micro_batch"],
+        compile=str(EXECUTION_SETTINGS["compile"]).lower(),
         runtime=train_runtime,
     params:
         spec=train_spec_json,
@@ -32,4 +33,4 @@ rule train:
         "python -m ihsweep.steps.train --spec {params.spec:q} --data-dir {params.data_dir}"
         " --run-dir {params.run_dir} --device {resources.device} --threads {threads}"
         " --progress-seconds {resources.progress_seconds} --micro-batch {resources.micro_batch}"
-        " --memory-mb {resources.mem_mb} >> {log} 2>&1"
+        " --memory-mb {resources.mem_mb} --compile {resources.compile} >> {log} 2>&1"

@@ -37,6 +37,7 @@ def execution(args: argparse.Namespace) -> dict:
         "progress_seconds": "progress_seconds",
         "micro_batch": "micro_batch",
         "memory_mb": "train_mem_mb",
+        "compile": "compile",
     }
     given = {
         key: getattr(args, flag)
@@ -49,3 +50,11 @@ def execution(args: argparse.Namespace) -> dict:
 def micro_batch_arg(value: str) -> int | str:
     """``--micro-batch``: a number of sequences, or auto (``execution.micro_batch``)."""
     return value if value == "auto" else int(value)
+
+
+def compile_arg(value: str) -> bool | str:
+    """``--compile``: true, false or auto (``execution.compile``)."""
+    choices = {"true": True, "false": False, "auto": "auto"}
+    if value.lower() not in choices:
+        raise argparse.ArgumentTypeError(f"expected true, false or auto, got {value!r}")
+    return choices[value.lower()]

@@ -2,7 +2,8 @@
 
     python -m ihsweep.steps.train --spec '<json of ihsweep.config.Study.train_spec>' \
         --data-dir results/data/<data>/C<C> --run-dir results/runs/<run id> \
-        [--device auto --threads 1 --progress-seconds 15 --micro-batch auto --memory-mb 16000]
+        [--device auto --threads 1 --progress-seconds 15 --micro-batch auto --memory-mb 16000 \
+         --compile false]
 
 The execution flags left out take the schema's `execution` defaults.
 """
@@ -34,6 +35,11 @@ def main(argv: list[str] | None = None) -> int:
         "--memory-mb", type=int, help="the job's host memory (micro-batch auto on the CPU)"
     )
     p.add_argument(
+        "--compile",
+        type=_args.compile_arg,
+        help="run the loss through torch.compile: true, false or auto",
+    )
+    p.add_argument(
         "--stop-after-step", type=int, help="save resume state and stop after this step (tests)"
     )
     args = p.parse_args(argv)
@@ -48,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         execution["micro_batch"],
         execution["train_mem_mb"],
         args.stop_after_step,
+        execution["compile"],
     )
     return 0
 

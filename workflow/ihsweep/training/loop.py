@@ -14,10 +14,20 @@ share of the batch, so their gradients add up to the full batch's; the loss comp
 a slice of positions at a time when they are large (``next_token_loss``), so memory does not
 grow with B * C * vocabulary. The loss reaches the host only when it is logged, never every
 step: on a GPU a per-step ``.item()`` stalls the queue of kernels.
+
+A CPU job tunes glibc's allocator first (``keep_freed_memory``: no page faults every step).
+``execution.compile`` runs the loss (forward, loss and their backward) through
+``torch.compile`` with the explicit attention path (``compiled_loss``); evaluation stays eager.
+Both are the same computation within float rounding, and a compiled run resumes bit for bit as
+an eager one does. ``bench/train_speed.py --compare`` times this trainer against a minimal
+nanoGPT-style loop (they end with the same weights), and compiled against eager.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import hashlib
 import json
 import math
@@ -56,6 +66,8 @@ class ChunkSampler:
 
     def __init__(self, chunks: np.ndarray, batch_size: int, seed: int):
         self.chunks, self.batch_size, self.seed = chunks, batch_size, seed
+        # The same memory as a plain array: indexing a np.memmap goes through its subclass hooks.
+        self._array = np.asarray(chunks)
         self._epoch, self._perm = -1, None
 
     def _permutation(self, epoch: int) -> np.ndarray:
@@ -65,13 +77,18 @@ class ChunkSampler:
         return self._perm
 
     def batch(self, step: int) -> torch.Tensor:
-        n = len(self.chunks)
-        flat = np.arange(step * self.batch_size, (step + 1) * self.batch_size)
-        rows = np.empty(self.batch_size, dtype=np.int64)
-        for epoch in np.unique(flat // n):
-            sel = flat // n == epoch
-            rows[sel] = self._permutation(int(epoch))[flat[sel] % n]
-        return torch.from_numpy(self.chunks[rows].astype(np.int64))
+        """Chunks ``step * B`` to ``(step + 1) * B - 1`` of the endless sequence of epochs."""
+        n, size = len(self.chunks), self.batch_size
+        epoch, offset = divmod(step * size, n)
+        if offset + size <= n:  # within one epoch (most steps): a slice of its permutation
+            rows = self._permutation(epoch)[offset : offset + size]
+        else:  # across epochs
+            flat = np.arange(step * size, (step + 1) * size)
+            rows = np.empty(size, dtype=np.int64)
+            for epoch in np.unique(flat // n):
+                sel = flat // n == epoch
+                rows[sel] = self._permutation(int(epoch))[flat[sel] % n]
+        return torch.from_numpy(self._array[rows].astype(np.int64))
 
 
 def lr_at(step: int, total_steps: int, lr: float, warmup_fraction: float) -> float:
@@ -198,8 +215,9 @@ def format_eta(seconds: float) -> str:
     return f"{s // 60}m{s % 60:02d}s"
 
 
-def next_token_loss(model: GPT, x: torch.Tensor, autocast) -> torch.Tensor:
-    """Mean cross-entropy of predicting x[:, 1:] from x[:, :-1], in fp32.
+def next_token_loss(model: GPT, x: torch.Tensor, autocast, explicit: bool = False):
+    """Mean cross-entropy of predicting x[:, 1:] from x[:, :-1], in fp32 (``explicit``: with
+    the model's explicit attention path).
 
     When the logits would exceed the device's ``cost.LOSS_CHUNK_LOGITS``, they are computed a
     slice of positions at a time and recomputed in the backward pass (activation
@@ -209,10 +227,10 @@ def next_token_loss(model: GPT, x: torch.Tensor, autocast) -> torch.Tensor:
     rows = cost.loss_chunk_rows(model.cfg.vocab_size, x.device.type)
     if targets.numel() <= rows:
         with autocast:
-            logits = model(inputs)
+            logits = model(inputs, explicit=explicit)
         return F.cross_entropy(logits.float().flatten(0, 1), targets)
     with autocast:
-        features = model.features(inputs).flatten(0, 1)
+        features = model.features(inputs, explicit=explicit).flatten(0, 1)
         total = sum(
             checkpoint(
                 _summed_loss,
@@ -230,15 +248,18 @@ def _summed_loss(features: torch.Tensor, W_U: torch.Tensor, targets: torch.Tenso
     return F.cross_entropy((features @ W_U.T).float(), targets, reduction="sum")
 
 
-def batch_loss(model: GPT, x: torch.Tensor, micro_batch: int, autocast, backward: bool):
+def batch_loss(
+    model: GPT, x: torch.Tensor, micro_batch: int, autocast, backward: bool,
+    loss_fn=next_token_loss,
+):  # fmt: skip
     """The batch's mean loss, computed ``micro_batch`` sequences at a time (on the device; with
     ``backward``, each part's gradients are accumulated). Each part's mean is weighted by its
     share of the batch, so the gradients add up to the full batch's; one part is the plain
-    full-batch loss, bit for bit."""
+    full-batch loss, bit for bit. ``loss_fn``: ``next_token_loss`` or ``compiled_loss()``."""
     parts = torch.split(x, cost.micro_batch_sizes(len(x), micro_batch))
     total = None
     for part in parts:
-        loss = next_token_loss(model, part, autocast)
+        loss = loss_fn(model, part, autocast)
         if len(parts) > 1:
             loss = loss * (len(part) / len(x))
         if backward:
@@ -247,14 +268,30 @@ def batch_loss(model: GPT, x: torch.Tensor, micro_batch: int, autocast, backward
     return total
 
 
-def train_step(model, optim, x, micro_batch: int, autocast, grad_clip: float | None):
+def train_step(
+    model, optim, x, micro_batch: int, autocast, grad_clip: float | None,
+    loss_fn=next_token_loss,
+):  # fmt: skip
     """One AdamW update on the batch ``x`` [B, C]; returns its loss, still on the device."""
     optim.zero_grad(set_to_none=True)
-    loss = batch_loss(model, x, micro_batch, autocast, backward=True)
+    loss = batch_loss(model, x, micro_batch, autocast, backward=True, loss_fn=loss_fn)
     if grad_clip is not None:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        clip_gradients(model, grad_clip)
     optim.step()
     return loss
+
+
+def clip_gradients(model: GPT, max_norm: float) -> None:
+    """``torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)``, bit for bit, without
+    its multiplications when they change nothing: it scales every gradient by
+    min(1, max_norm / (norm + 1e-6)), and a scale of exactly 1 leaves each value as it is. On
+    the CPU that scale is read (no device to wait for) and the scaling skipped when it is 1:
+    ~1% of a small model's step. On a GPU reading it would stall the queue, so it scales."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    total = torch.nn.utils.get_total_norm(grads)
+    if total.device.type == "cpu" and (max_norm / (total + 1e-6)).item() >= 1.0:
+        return  # not NaN, and clamped to exactly 1.0
+    torch.nn.utils.clip_grads_with_norm_(model.parameters(), max_norm, total)
 
 
 @torch.no_grad()
@@ -266,6 +303,47 @@ def evaluate(model: GPT, batches: list[torch.Tensor], micro_batch: int, device, 
     ]
     model.train()
     return float(np.mean(losses))
+
+
+def compiled_loss():
+    """``next_token_loss`` through ``torch.compile``, on the explicit attention path: one graph
+    of forward, loss and (AOTAutograd) backward per shape, compiled at the first step (a
+    micro-batch of another size compiles once more). The model stays the plain module, so its
+    state dict keeps its keys; a new model of the same shapes reuses the compiled graph."""
+    return torch.compile(functools.partial(next_token_loss, explicit=True), dynamic=False)
+
+
+def resolve_compile(setting: bool | str, device: torch.device) -> bool:
+    """Whether a job compiles its loss: ``execution.compile`` (true, false, or auto: on CUDA
+    only) on the device it got. The default is false, by measurement on this project's CPU
+    (``bench/train_speed.py --compare --compile``, the schema has the numbers): the compiled
+    loss is 1.1x as fast at vocabulary 256 and no faster at 2,048, and compiling takes ~35 s,
+    which a default-study run of 4M tokens does not win back."""
+    if setting == "auto":
+        return device.type == "cuda"
+    return bool(setting)
+
+
+# glibc's mallopt parameters (malloc.h)
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+
+
+def keep_freed_memory() -> bool:
+    """Tune glibc's allocator for a CPU training loop; returns whether it applied (glibc only).
+
+    A step allocates and frees the same tensors every time. By default glibc serves those of
+    128 kB and more with fresh mmap()s (raising that threshold only as far as the sizes it has
+    seen freed) and returns the top of its heap to the system once 128 kB are free there, so
+    every step faults its larger tensors in again, page by page: ~1,000-3,000 page faults a step
+    at vocabulary 2,048 (B 16, C 32), ~25% of its time. Serving everything below 32 MB (glibc's
+    largest threshold) from the heap and keeping up to 1 GB of it free brings that to ~10 and
+    changes no result; the peak memory stays the step's (``tests/test_cost.py`` measures it)."""
+    name = ctypes.util.find_library("c")
+    try:
+        mallopt = ctypes.CDLL(name).mallopt
+    except (OSError, AttributeError, TypeError):  # not glibc (musl, macOS) or no libc found
+        return False
+    return bool(mallopt(M_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(M_TRIM_THRESHOLD, 1 << 30))
 
 
 def resolve_micro_batch(
@@ -301,16 +379,18 @@ def train(
     micro_batch: int | str,
     memory_mb: int,
     stop_after_step: int | None = None,
+    compile: bool | str = False,
 ) -> dict:
     """Run (or resume) one training run; returns the summary written to ``run.json``.
 
     The execution settings are ``execution``'s (the schema documents them); ``memory_mb`` is the
-    job's host memory, which ``micro_batch: auto`` fits a CPU job into.
+    job's host memory, which ``micro_batch: auto`` fits a CPU job into; ``compile`` is
+    ``execution.compile`` (``resolve_compile``).
     ``progress.json`` follows the run (``write_progress``): running while it trains, then done,
     interrupted (a signal: the state is saved and the retry resumes) or failed (any error)."""
     run_dir = Path(run_dir)
     tokens_per_step = spec["batch_size"] * spec["context_size"]
-    execution = (device, threads, progress_seconds, micro_batch, memory_mb)
+    execution = (device, threads, progress_seconds, micro_batch, memory_mb, compile)
     try:
         return _train(spec, data_dir, run_dir, *execution, stop_after_step)
     except Exception as err:
@@ -323,7 +403,7 @@ def train(
 
 def _train(
     spec, data_dir, run_dir, device, threads, progress_seconds, micro_batch, memory_mb,
-    stop_after_step,
+    compile, stop_after_step,
 ):  # fmt: skip
     run_dir, tcfg = Path(run_dir), spec["training"]
     B, C, seed = spec["batch_size"], spec["context_size"], spec["seed"]
@@ -331,6 +411,7 @@ def _train(
     device = pick_device(device)
     if device.type == "cpu":
         torch.set_num_threads(threads)
+        keep_freed_memory()
     else:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
@@ -356,9 +437,12 @@ def _train(
     )
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
     micro_batch = resolve_micro_batch(micro_batch, cfg, B, C, device, memory_mb)
+    compiled = resolve_compile(compile, device)
+    loss_fn = compiled_loss() if compiled else next_token_loss
     print(
         f"[{spec['run_id']}] {len(cost.micro_batch_sizes(B, micro_batch))} micro-batch(es) of "
-        f"at most {micro_batch} per update of B = {B} on {device}",
+        f"at most {micro_batch} per update of B = {B} on {device}"
+        + (", loss compiled" if compiled else ""),
         flush=True,
     )
 
@@ -502,7 +586,8 @@ def _train(
         for group in optim.param_groups:
             group["lr"] = lr
         x = sampler.batch(step).to(device, non_blocking=True)
-        unread.append(train_step(model, optim, x, micro_batch, autocast, tcfg["grad_clip"]))
+        loss = train_step(model, optim, x, micro_batch, autocast, tcfg["grad_clip"], loss_fn)
+        unread.append(loss)
         step += 1
 
         log_row = step % tcfg["log_every"] == 0 or step == total_steps

@@ -7,7 +7,10 @@ attention output so that a head's output is exactly ``z_h @ W_O[h]``.
 Two attention paths share the same weights: training uses ``scaled_dot_product_attention``
 (fused, never materialises the weights); ``forward(..., cache=True)`` computes attention
 explicitly and returns, per layer, ``pattern`` [batch, head, query, key] and ``z``
-[batch, pos, head, d_head] for the probes (names follow TransformerLens).
+[batch, pos, head, d_head] for the probes (names follow TransformerLens). ``explicit=True``
+takes the explicit path without the cache: the compiled trainer's (``execution.compile``),
+whose compiler fuses it better than it runs the fused kernel; the two agree within float
+rounding.
 """
 
 from __future__ import annotations
@@ -48,19 +51,22 @@ class CausalSelfAttention(nn.Module):
         # No bias: a bias would be output shared by all heads and break the per-head decomposition.
         self.out = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
 
-    def forward(self, x: torch.Tensor, cache: dict | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cache: dict | None = None, explicit: bool = False
+    ) -> torch.Tensor:
         b, t, d = x.shape
         q, k, v = self.qkv(x).split(d, dim=2)
         q, k, v = (y.view(b, t, self.n_head, self.d_head).transpose(1, 2) for y in (q, k, v))
-        if cache is None:
+        if cache is None and not explicit:
             z = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:
             scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.d_head)
             mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
             pattern = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
             z = pattern @ v
-            cache["pattern"].append(pattern)
-            cache["z"].append(z.transpose(1, 2))
+            if cache is not None:
+                cache["pattern"].append(pattern)
+                cache["z"].append(z.transpose(1, 2))
         return self.out(z.transpose(1, 2).reshape(b, t, d))
 
     def W_O(self) -> torch.Tensor:
@@ -83,8 +89,10 @@ class Block(nn.Module):
         else:
             self.mlp = None
 
-    def forward(self, x: torch.Tensor, cache: dict | None = None) -> torch.Tensor:
-        x = x + self.attn(self.ln_1(x), cache)
+    def forward(
+        self, x: torch.Tensor, cache: dict | None = None, explicit: bool = False
+    ) -> torch.Tensor:
+        x = x + self.attn(self.ln_1(x), cache, explicit)
         if self.mlp is not None:
             x = x + self.mlp(self.ln_2(x))
         return x
@@ -124,13 +132,16 @@ class GPT(nn.Module):
             n -= self.wte.weight.numel() + self.wpe.weight.numel()
         return n
 
-    def forward(self, idx: torch.Tensor, cache: bool = False):
-        """Logits [batch, pos, vocab]; with ``cache=True`` also the per-layer attention cache."""
+    def forward(self, idx: torch.Tensor, cache: bool = False, explicit: bool = False):
+        """Logits [batch, pos, vocab]; with ``cache=True`` also the per-layer attention cache
+        (``explicit``: the explicit attention path without the cache)."""
         act = {"pattern": [], "z": []} if cache else None
-        logits = self.features(idx, act) @ self.W_U.T
+        logits = self.features(idx, act, explicit) @ self.W_U.T
         return (logits, act) if cache else logits
 
-    def features(self, idx: torch.Tensor, act: dict | None = None) -> torch.Tensor:
+    def features(
+        self, idx: torch.Tensor, act: dict | None = None, explicit: bool = False
+    ) -> torch.Tensor:
         """The final LayerNorm's output [batch, pos, d_model]: the logits are ``features @ W_U.T``
         (a loss over a large vocabulary computes them a slice of positions at a time)."""
         t = idx.shape[1]
@@ -138,5 +149,5 @@ class GPT(nn.Module):
             raise ValueError(f"sequence length {t} exceeds the model's n_ctx={self.cfg.n_ctx}")
         x = self.wte(idx) + self.wpe(torch.arange(t, device=idx.device))
         for block in self.blocks:
-            x = block(x, act)
+            x = block(x, act, explicit)
         return self.ln_f(x)

@@ -1,0 +1,41 @@
+"""bench/train_speed.py runs: its profile mode on the CPU, and --compare, whose trainer and
+minimal loop must end with the same weights (the benchmark compares two equal computations)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+SCRIPT = str(REPO / "bench" / "train_speed.py")
+
+
+def bench(*args: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.slow
+def test_profile_mode_on_the_cpu(tmp_path):
+    out = bench("--device", "cpu", "--cells", "4x16,8x16", "--model", "1,2,16,0", "--vocab",
+                "64", "--steps", "2", "--quick", "--out", str(tmp_path / "cpu.json"))  # fmt: skip
+    assert "B    4 C    16" in out and "profile:" in out
+    record = json.loads((tmp_path / "cpu.json").read_text())
+    assert [cell["batch_size"] for cell in record["cells"]] == [4, 8]
+
+
+@pytest.mark.slow
+def test_compare_times_two_runs_that_end_with_the_same_weights(tmp_path):
+    out = bench("--compare", "--cells", "w32:4x16:64", "--rounds", "2", "--seconds", "0.1",
+                "--out", str(tmp_path / "compare.json"))  # fmt: skip
+    assert "round 2: trainer" in out, out
+    (cell,) = json.loads((tmp_path / "compare.json").read_text())["cells"]
+    assert cell["cell"] == "w32:4x16:64" and len(cell["ratios"]) == 2
+    assert cell["same_weights"], out
+    assert cell["trainer_tokens_per_second"] > 0 and cell["minimal_tokens_per_second"] > 0
