@@ -200,19 +200,14 @@ def plot_law_fit(emergence: pd.DataFrame, fit: dict, out_stem) -> list[Path]:
     done = emerged_runs(emergence)
     done = done[done["run_id"].astype(str).isin(fit["run_ids"])] if "run_ids" in fit else done
     with figure_style():
-        fig = new_figure(4.6, 4.0)
-        ax = fig.subplots()
+        # The fitted law gets a panel of its own beside the points, so it hides none of them.
+        fig = new_figure(7.4, 4.0)
+        ax, side = fig.subplots(1, 2, gridspec_kw={"width_ratios": [3, 2]})
+        side.axis("off")
         if fit.get("ok"):
             _plot_law_points(ax, done, fit)
-            ax.text(
-                0.03,
-                0.97,
-                _law_text(fit, emergence),
-                transform=ax.transAxes,
-                va="top",
-                family="monospace",
-                bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "none"},
-            )
+            side.text(0.0, 1.0, _law_text(fit, emergence), transform=side.transAxes, va="top",
+                      family="monospace")  # fmt: skip
         else:
             ax.text(
                 0.5,
