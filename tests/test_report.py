@@ -224,13 +224,14 @@ def test_clicking_through_the_report_shows_every_figure_and_table(study, reports
         f"Experiment 1: when IHs emerge (natural data). The law U_pt = T / (B^a C^b) was not"
         f" fitted: {fit['reason']}. {fit['n_runs']} of {len(RUNS)} runs emerged;"
     ) in summary
-    verdict = json.loads((study.dir / layout.MARKOV / "frontier.json").read_text())
-    verdict = verdict["semi-tiny-B8-C32"]["sensitivity"]
-    assert verdict["verdict"] == "undetermined"
+    setting = json.loads((study.dir / layout.MARKOV / "frontier.json").read_text())
+    verdict, timing = (setting["semi-tiny-B8-C32"][key] for key in ("sensitivity", "timing"))
+    assert verdict["verdict"] == timing["verdict"] == "undetermined"
     assert (
         f"semi-tiny-B8-C32: IHs emerged in 0 of {len(MARKOV_RUNS)} (f, r) cells. No cell emerged,"
         " so there is no frontier. Sensitivity undetermined (the paper: reliability matters"
-        f" more): {verdict['reason']}. Details: frontier-semi-tiny-B8-C32.png."
+        f" more): {verdict['reason']}. No timing verdict: {timing['reason']}. Details:"
+        " frontier-semi-tiny-B8-C32.png."
     ) in summary
     assert (
         "Experiment 3: which data properties make IHs form (synthetic Markov data). Not in this"

@@ -508,3 +508,16 @@ def test_front_page_opens_with_the_findings_and_says_what_is_not_in_the_study(
         "Experiment 1 (natural data). Its findings are not written yet: run the workflow (it"
         " rewrites the aggregate, nothing else), then build the report again."
     ) in page
+
+
+def test_timing_verdict_in_words():
+    from ihsweep.report.findings import _timing
+
+    reason = "share of reliability ... = 0.80 [0.70, 0.90]"
+    said = _timing({"verdict": "reliability", "reason": reason})
+    assert said == (
+        "Emergence is delayed more by less reliability than by less frequency, as in the paper:"
+        f" {reason}."
+    )
+    assert "unlike the paper (reliability)" in _timing({"verdict": "frequency", "reason": "x"})
+    assert "does not decide" in _timing({"verdict": "undecided", "reason": "x"})
