@@ -217,6 +217,7 @@ def test_model_fits_the_law_on_one_size_and_the_size_term_on_every_size():
 
     one = fit_law(table, n_boot=200, seed=0, model="m1e+06")
     assert one["model"] == "m1e+06" and one["n_runs"] == 16 and one["n_other_models"] == 2
+    assert one["n_not_emerged"] == 0 and one["n_table_runs"] == 18
     assert "small-run" not in one["run_ids"]
     for key, truth in (("a", A), ("b", B_EXP), ("log10_T", LOG10_T)):
         assert one[key] == pytest.approx(truth, abs=1e-9)

@@ -71,7 +71,7 @@ def fit_law(emergence: pd.DataFrame, n_boot: int, seed: int, model: str | None =
     runs = every_model if model is None else every_model[every_model["model"] == model]
     runs = runs.reset_index(drop=True)
     result = _empty_result(runs, n_boot, seed)
-    result.update(_left_out(emergence, runs), model=model)
+    result.update(_left_out(emergence, every_model), model=model)
     result["n_other_models"] = len(every_model) - len(runs)
     problem = _design_problem(runs)
     if problem:
