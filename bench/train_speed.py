@@ -72,24 +72,17 @@ from ihsweep.training.loop import pick_device, resolve_micro_batch, train_step  
 from ihsweep.training.model import GPT, GPTConfig  # noqa: E402
 
 PAPER_CELLS = "8x64,32x256,256x1024"
-# --compare: the default study's models (config.yaml) at its Markov cell (vocabulary 256) and
-# its natural-text middle cell (BPE vocabulary 2,048), and the default study's training.
+# --compare: the default study's models at its Markov cell (vocabulary 256) and its natural-text
+# middle cell (BPE vocabulary 2,048), trained with its training settings (config.yaml).
 COMPARE_CELLS = "w64:8x32:256,w64:16x32:2048,w32:16x32:2048"
-STUDY_MODELS = {
-    f"w{d}": {"n_layer": 2, "n_head": 4, "d_model": d, "mlp": False, "n_ctx": 64}
-    for d in (32, 48, 64)
-}
-STUDY_TRAINING = {
-    "lr": 0.006,
-    "warmup_fraction": 0.01,
-    "betas": [0.9, 0.999],
-    "eps": 1.0e-8,
-    "weight_decay": 0.0,
-    "grad_clip": 1.0,
-    "log_every": 50,
-    "val_batches": 1,
-}
-RUN_TOKENS = 4_000_000  # a default-study run, for the compile verdict
+DEFAULT_STUDY = Path(__file__).resolve().parents[1] / "config.yaml"
+
+
+def default_study() -> dict:
+    """config.yaml as written (its models and training: the one home of those settings)."""
+    from ihsweep.config import load_configfiles
+
+    return load_configfiles([DEFAULT_STUDY])
 
 
 def measured_peak_tflops(device: torch.device) -> float:
@@ -208,21 +201,13 @@ def compare_cells(text: str) -> list[dict]:
 
 
 def write_random_chunks(root: Path, vocab: int, context: int, n_train: int, seed: int) -> Path:
-    """A chunk folder (``ihsweep.data.chunks``' format) of uniformly random tokens."""
+    """A chunk folder of uniformly random tokens."""
+    from ihsweep.data.chunks import write_chunks
+
     rng = np.random.default_rng(seed)
-    root.mkdir(parents=True)
-    splits = {"train": n_train, "val": 64}
-    for split, n in splits.items():
-        rng.integers(0, vocab, (n, context)).astype("<u2").tofile(root / f"{split}.bin")
-    meta = {
-        "context": context,
-        "vocab_size": vocab,
-        "dtype": "uint16",
-        **{f"n_{split}": n for split, n in splits.items()},
-        "files": {split: {"chunks": f"{split}.bin"} for split in splits},
-    }
-    (root / "chunks.json").write_text(json.dumps(meta))
-    return root
+    splits = {split: rng.integers(0, vocab, (n, context)) for split, n in
+              (("train", n_train), ("val", 64))}  # fmt: skip
+    return write_chunks(root, splits, vocab)
 
 
 def study_spec(cell: dict, steps: int) -> dict:
@@ -231,8 +216,9 @@ def study_spec(cell: dict, steps: int) -> dict:
     from ihsweep.config import prepare
 
     tokens = steps * cell["B"] * cell["C"]
+    study_config = default_study()
     config = {
-        "models": {cell["model"]: STUDY_MODELS[cell["model"]]},
+        "models": {cell["model"]: study_config["models"][cell["model"]]},
         "datasets": {
             "bench": {
                 "family": "natural",
@@ -249,7 +235,7 @@ def study_spec(cell: dict, steps: int) -> dict:
                 "seed": 0,
             }
         ],
-        "training": {**STUDY_TRAINING, "tokens": tokens},
+        "training": {**study_config["training"], "val_batches": 1, "tokens": tokens},
         "checkpoints": {"tokens": [tokens]},
     }
     study = prepare(config)
@@ -571,7 +557,8 @@ def summarise(cell: dict, spec: dict, rows: dict, warmup: int, compiled: bool) -
         cold = runs[0]["warmup_seconds"]
         warm = statistics.median(r["warmup_seconds"] for r in runs[1:]) if len(runs) > 1 else cold
         eager_warm = statistics.median(r["warmup_seconds"] for r in rows["trainer"])
-        steps = RUN_TOKENS // (cell["B"] * cell["C"])
+        run_tokens = default_study()["training"]["tokens"]  # a default-study run's budget
+        steps = run_tokens // (cell["B"] * cell["C"])
         eager_total = eager_warm + (steps - warmup) * cell["B"] * cell["C"] / median["trainer"]
         rest = (steps - warmup) * cell["B"] * cell["C"] / tps
         record.update(
@@ -586,7 +573,7 @@ def summarise(cell: dict, spec: dict, rows: dict, warmup: int, compiled: bool) -
         record["line"] += (
             f"\n{'':18s} compiled {kilo(tps)} tok/s ({tps / median['trainer']:.2f}x eager), "
             f"first {warmup} steps {cold:.1f} s (empty cache) / {warm:.1f} s (warm cache);"
-            f" a {RUN_TOKENS / 1e6:.0f}M-token run: eager {eager_total:.0f} s, compiled "
+            f" a {run_tokens / 1e6:.0f}M-token run: eager {eager_total:.0f} s, compiled "
             f"{cold + rest:.0f} s (empty cache) / {warm + rest:.0f} s (warm cache)"
         )
     return record

@@ -7,7 +7,6 @@ there (``run_study``), so every path the DAG writes is ``ihsweep.layout``'s, und
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -18,6 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 from ihsweep.config import SCHEMA  # noqa: F401  (tests import it from here)
+from ihsweep.data.chunks import write_chunks  # noqa: F401  (tests import it from here)
 
 REPO = Path(__file__).resolve().parents[1]
 STUDIES = Path(__file__).resolve().parent / "studies"
@@ -83,16 +83,3 @@ def run_study(workdir: Path, config: str, *args: str) -> SimpleNamespace:
     result = snakemake(workdir, *args)
     assert result.rc == 0, result.out[-6000:] + logs_of(workdir)
     return result
-
-
-def write_chunks(root: Path, splits: dict, vocab_size: int) -> Path:
-    """A chunked dataset in ihsweep.data.chunks' format: {split: uint16 array [n, C]}."""
-    root.mkdir(parents=True, exist_ok=True)
-    for split, chunks in splits.items():
-        chunks.astype("<u2").tofile(root / f"{split}.bin")
-    some = next(iter(splits.values()))
-    meta = {"context": some.shape[1], "vocab_size": vocab_size, "dtype": "uint16",
-            **{f"n_{split}": len(chunks) for split, chunks in splits.items()},
-            "files": {split: {"chunks": f"{split}.bin"} for split in splits}}  # fmt: skip
-    (root / "chunks.json").write_text(json.dumps(meta))
-    return root

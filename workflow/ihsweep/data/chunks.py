@@ -51,3 +51,19 @@ def open_array(path: Path, dtype: str, shape: tuple[int, ...]) -> np.ndarray:
     if expected == 0:
         return np.zeros(shape, dtype=dt)  # np.memmap cannot map an empty file
     return np.memmap(path, dtype=dt, mode="r", shape=shape)
+
+
+def write_chunks(root: str | os.PathLike, splits: dict, vocab_size: int) -> Path:
+    """A chunked dataset folder in this format from ``{split: token array [n, C]}`` and nothing
+    else (no family statistics): for tests and benchmarks that bring their own tokens."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    dtype = token_dtype(vocab_size)
+    for split, chunks in splits.items():
+        chunks.astype(dtype.newbyteorder("<")).tofile(root / f"{split}.bin")
+    some = next(iter(splits.values()))
+    meta = {"context": some.shape[1], "vocab_size": vocab_size, "dtype": dtype.name,
+            **{f"n_{split}": len(chunks) for split, chunks in splits.items()},
+            "files": {split: {"chunks": f"{split}.bin"} for split in splits}}  # fmt: skip
+    (root / CHUNKS_JSON).write_text(json.dumps(meta))  # last: it marks the folder complete
+    return root
