@@ -1,13 +1,15 @@
-# The two commands of the README: `make demo` (install + default study) and `make test`.
+# The two commands of the README: `make demo` (install + default study) and `make test`;
+# `make cpu-full` runs the extended CPU study (workflow/studies/cpu-full.yaml) on top of the demo.
 VENV   ?= .venv
 PYTHON ?= python3
 # torch==2.13.0 is the CPU wheel on the CPU machines this project is developed on; on a GPU
 # cluster install the CUDA build you want into the venv first (README, "GPU clusters").
 TORCH  ?= torch==2.13.0
 CORES  ?= all
+TARGETS ?=
 BIN     = $(VENV)/bin
 
-.PHONY: install demo test lint figures clean-results
+.PHONY: install demo cpu-full test lint
 
 install: $(VENV)/.installed
 
@@ -20,6 +22,10 @@ $(VENV)/.installed: pyproject.toml
 
 demo: install
 	$(BIN)/snakemake --cores $(CORES)
+
+# Targets go before --configfile, which takes every word after it as a config file.
+cpu-full: install
+	$(BIN)/snakemake $(TARGETS) --cores $(CORES) --configfile config.yaml workflow/studies/cpu-full.yaml
 
 test: install
 	$(BIN)/python -m pytest
