@@ -109,6 +109,20 @@ def test_real_model_size_effect_is_detected():
     assert inside(fit["c_ci"], 0.5) and abs(fit["c"] - 0.5) < 0.05
 
 
+@pytest.mark.parametrize("c", [0.0, 0.5])
+def test_one_b_and_c_per_run_still_tests_model_size(c):
+    # A checkpoint suite (Pythia): every size at one B and C, so a and b cannot be fitted, but
+    # c can: log10 U = k + c log10 N, with B and C as constants.
+    table = law_table(c=c, sizes=[1e5, 3e5, 1e6, 3e6, 1e7, 3e7, 1e8])
+    one_cell = table[(table["batch_size"] == 16) & (table["context_size"] == 64)]
+    fit = fit_law(one_cell, n_boot=1000, seed=0)
+    assert fit["ok"] is False and "does not vary" in fit["reason"]
+    assert abs(fit["c"] - c) < 0.06 and inside(fit["c_ci"], c)
+    assert fit["c_excludes_zero"] is (c != 0.0)
+    assert fit["size_fit"]["a"] is None and fit["size_fit"]["b"] is None
+    assert "B and C the same for every run" in fit["c_note"]
+
+
 def test_single_model_size_leaves_c_untested(fit):
     assert fit["c"] is None and fit["c_ci"] is None
     assert "n_params" in fit["c_note"]

@@ -10,7 +10,6 @@ import json
 import re
 import shutil
 import sys
-import types
 
 import numpy as np
 import pytest
@@ -118,20 +117,6 @@ def test_huggingface_without_datasets_gives_a_clear_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "datasets", None)  # makes `import datasets` fail
     with pytest.raises(ImportError, match=r"ihsweep\[hf\]"):
         corpus.load_documents(_corpus({"source": "huggingface", "name": "cc100", "config": "en"}))
-
-
-def test_huggingface_source_streams_and_stops_at_max_documents(monkeypatch):
-    calls = []
-    records = [{"text": "one"}, {"text": ""}, {"text": "two"}, {"text": "three"}]
-
-    def load_dataset(*args, **kwargs):
-        calls.append((args, kwargs))
-        return iter(records)
-
-    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
-    spec = _corpus({"source": "huggingface", "name": "cc100", "config": "en", "max_documents": 2})
-    assert list(corpus.load_documents(spec)) == ["one", "two"]  # empty records are skipped
-    assert calls == [(("cc100", "en"), {"split": "train", "streaming": True})]
 
 
 def test_huggingface_streaming_takes_the_first_documents(small_corpus):

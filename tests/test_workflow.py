@@ -18,10 +18,13 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
+import torch
 import yaml
 from conftest import job_stats, logs_of, mtimes, run_study, snakemake, study_text
 from ihsweep import layout
 from ihsweep.config import prepare
+from ihsweep.training.checkpoints import load_checkpoint_weights, read_checkpoint
+from ihsweep.training.model import GPT, GPTConfig
 
 pytestmark = pytest.mark.slow
 
@@ -226,6 +229,23 @@ def test_runs_record_their_progress(study):
         assert progress["state"] == "done", (run.id, progress)
         assert progress["step"] == progress["total_steps"] == study.study.total_steps(run), run.id
         assert progress["tokens"] == progress["step"] * run.tokens_per_step, run.id
+
+
+def test_export_target_gives_a_folder_transformers_loads_with_our_logits(study):
+    transformers = pytest.importorskip("transformers")
+    run = next(r for r in study.study.runs if r.model == "tiny")
+    target = layout.export_dir(run)
+    result = snakemake(study.dir, target)
+    assert result.rc == 0, result.out[-3000:] + logs_of(study.dir)
+    assert job_stats(result.out) == {"export": 1}
+    hf = transformers.AutoModelForCausalLM.from_pretrained(study.dir / target).eval()
+    meta = read_checkpoint(sorted((study.dir / layout.run_dir(run) / "ckpt").glob("*.json"))[-1])
+    ours = GPT(GPTConfig(**meta["model_config"]))
+    ours.load_state_dict(load_checkpoint_weights(meta))
+    tokens = torch.randint(0, ours.cfg.vocab_size, (2, run.context_size))
+    with torch.no_grad():
+        torch.testing.assert_close(hf(tokens).logits, ours.eval()(tokens), rtol=0, atol=1e-5)
+    assert "Nothing to be done" in snakemake(study.dir, target).out
 
 
 def test_deleted_probe_tables_come_back_from_the_cache(study):

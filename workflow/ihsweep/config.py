@@ -43,6 +43,8 @@ from jsonschema import Draft202012Validator, ValidationError, validators
 
 from ihsweep import cost, layout
 from ihsweep.analysis.lawfit import predict_updates
+from ihsweep.data.corpus import CorpusError, check_huggingface
+from ihsweep.probing.suite import SuiteError, check_suite
 
 SCHEMA = Path(__file__).resolve().parents[1] / "schemas" / "config.schema.yaml"
 GPT2_VOCAB_SIZE = 50257
@@ -258,6 +260,7 @@ class Study:
     densify: dict | None = None
     grids: dict[str, list[str]] = field(default_factory=dict)  # Markov entry -> its datasets
     overrides: dict[Run, dict] = field(default_factory=dict)  # a runs entry's `training` keys
+    suites: dict[str, dict] = field(default_factory=dict)  # checkpoint suites, by name
 
     def training(self, run: Run) -> dict:
         """The training recipe of one run: `training`, with its runs entry's overrides."""
@@ -462,6 +465,16 @@ def prepare(config: dict, schema: str | Path = SCHEMA) -> Study:
     if problem:
         raise ConfigError(problem)
 
+    suites = _check_suites(config)
+    try:
+        profile = cost.device_profile(config[EXECUTION])
+    except ValueError as err:
+        raise ConfigError(f"execution.device_profile: {err}") from None
+    if "runs" not in config:  # a study of checkpoint suites only: nothing to train
+        config.update(models={}, datasets={}, runs=[])
+        _check_law_model(config)
+        return Study(config=config, runs=[], profile=profile, suites=suites)
+
     grids = expand_markov_grids(config)
     indexed = _check_semantics(config)
     densify = _read_densify(config["checkpoints"])
@@ -471,10 +484,6 @@ def prepare(config: dict, schema: str | Path = SCHEMA) -> Study:
         for index, run in indexed
         if config["runs"][index].get("training")
     }
-    try:
-        profile = cost.device_profile(config[EXECUTION])
-    except ValueError as err:
-        raise ConfigError(f"execution.device_profile: {err}") from None
     study = Study(
         config=config,
         runs=[run for _, run in indexed],
@@ -483,6 +492,7 @@ def prepare(config: dict, schema: str | Path = SCHEMA) -> Study:
         grids=grids,
         overrides=overrides,
         densify=densify,
+        suites=suites,
     )
     for index, run in indexed:
         _check_memory(study, index, run)
@@ -777,12 +787,7 @@ def _entry_training(config: dict, index: int) -> dict:
 def _check_semantics(config: dict) -> list[tuple[int, Run]]:
     """Check the config; return every run with the index of its runs entry."""
     _check_models(config["models"])
-    law_model = config["lawfit"]["model"]
-    if law_model is not None and law_model not in config["models"]:
-        raise ConfigError(
-            f"lawfit.model: {law_model!r} is not a model; use one of "
-            f"{', '.join(sorted(config['models']))} or null (every run)"
-        )
+    _check_law_model(config)
     for name, dataset in config["datasets"].items():
         _check_dataset(name, dataset)
         _check_chain_source(config["datasets"], dataset.get("grid", name), dataset)
@@ -792,6 +797,29 @@ def _check_semantics(config: dict) -> list[tuple[int, Run]]:
     for index, run in runs:
         _check_run(config, index, run)
     return runs
+
+
+def _check_law_model(config: dict) -> None:
+    law_model = config["lawfit"]["model"]
+    names = [*config["models"], *config.get("suites", {})]  # a suite is a model of its own
+    if law_model is not None and law_model not in names:
+        raise ConfigError(
+            f"lawfit.model: {law_model!r} is not a model or suite; use one of "
+            f"{', '.join(sorted(names))} or null (every run)"
+        )
+
+
+def _check_suites(config: dict) -> dict:
+    """The suites, checked (``ihsweep.probing.suite.check_suite``), ``data`` filled in."""
+    suites = config.get("suites", {})
+    for name, suite in suites.items():
+        if suite["data"] is None:
+            suite["data"] = name
+        try:
+            check_suite(name, suite)
+        except SuiteError as err:
+            raise ConfigError(str(err)) from None
+    return suites
 
 
 def _check_models(models: dict) -> None:
@@ -815,6 +843,11 @@ def _check_dataset(name: str, dataset: dict) -> None:
                     f"datasets.{name}.corpus.paths[{i}]: {pattern!r} matches no file "
                     f"(paths are relative to {Path.cwd()}); fix the path or create the file"
                 )
+    elif corpus.get("source") == "huggingface":
+        try:  # a local folder or data file that is not there, keys that do not apply
+            check_huggingface(corpus)
+        except CorpusError as err:
+            raise ConfigError(str(err.within(f"datasets.{name}.corpus"))) from None
     repetition = dataset.get("repetition")
     if repetition:
         lo, hi = repetition["copy_length"]

@@ -3,13 +3,15 @@
 The rules (workflow/rules/*.smk), the steps (``ihsweep.steps``), ``ihsweep.status`` and the tests
 build paths with these functions. Called with no arguments, a function returns the path as a
 Snakemake pattern over the rules' wildcards (``{data}``, ``{model}``, ``{batch}``, ``{ctx}``,
-``{seed}``, ``{grid}``); called with values, the concrete path::
+``{seed}``, ``{grid}``, ``{suite}``); called with values, the concrete path::
 
     results/data/<data>/tokens.bin, tokenizer.json, tokens.json     natural: tokenize
     results/chains/<grid>/chain.npy, stationary.npy, chain.json     Markov: chain
     results/data/<data>/C<C>/train.bin, val.bin, chunks.json        both: chunk
     results/runs/<data>/<model>/B<B>-C<C>-s<seed>/                  train (run.json marks done)
         ckpt/ state/ loss.csv progress.json probes/ figures/
+        hf/                                                         export (GPT-2 folder)
+    results/suites/<suite>/probes/heads.parquet, model.parquet      probe_suite (+ cache/)
     results/natural/  results/markov/                               the aggregates
     results/logs/<rule>/<job>.log
 
@@ -82,6 +84,21 @@ def run_file(name: str, run: Any = None) -> str:
 def probe_table(name: str, run: Any = None) -> str:
     """``heads`` or ``model``: a run's probe tables (Parquet)."""
     return f"{run_dir(run)}/probes/{name}.parquet"
+
+
+def export_dir(run: Any = None) -> str:
+    """A run's newest checkpoint as a Hugging Face GPT-2 folder (``ihsweep.export``)."""
+    return f"{run_dir(run)}/hf"
+
+
+def suite_dir(suite: str = "{suite}") -> str:
+    """A checkpoint suite's folder (``ihsweep.probing.suite``)."""
+    return f"{RESULTS}/suites/{suite}"
+
+
+def suite_table(name: str, suite: str = "{suite}") -> str:
+    """``heads`` or ``model``: a suite's probe tables, one row set per revision."""
+    return f"{suite_dir(suite)}/probes/{name}.parquet"
 
 
 def run_figures(run: Any = None) -> list[str]:

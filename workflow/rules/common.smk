@@ -28,6 +28,7 @@ wildcard_constraints:
     batch=r"\d+",
     ctx=r"\d+",
     seed=r"\d+",
+    suite=r"[A-Za-z0-9_+-]+",
 
 
 def section_json(name):
@@ -108,8 +109,14 @@ def probe_runtime(wildcards, attempt):
     return STUDY.probe_minutes(attempt)
 
 
+def suite_spec_json(wildcards):
+    return json.dumps(STUDY.suites[wildcards.suite], sort_keys=True)
+
+
 def natural_model_tables():
-    return [layout.probe_table("model", run) for run in STUDY.runs_of_family("natural")]
+    """The natural-data runs' probe tables and the checkpoint suites': one emergence analysis."""
+    runs = [layout.probe_table("model", run) for run in STUDY.runs_of_family("natural")]
+    return runs + [layout.suite_table("model", suite) for suite in STUDY.suites]
 
 
 def markov_model_tables():
@@ -148,7 +155,7 @@ def markov_figures():
 
 def final_outputs():
     outputs = [f for run in STUDY.runs for f in layout.run_figures(run)]
-    if STUDY.runs_of_family("natural"):
+    if STUDY.runs_of_family("natural") or STUDY.suites:
         outputs += layout.natural_outputs()
     if STUDY.runs_of_family("markov"):
         outputs += layout.markov_outputs(markov_figures())

@@ -61,3 +61,29 @@ rule run_figure:
         "python -m ihsweep.steps.run_figure --probes {params.probes}"
         " --emergence {params.emergence:q} --out {params.stem}"
         " --config-sha256 {params.config_sha256} > {log} 2>&1"
+
+
+# A checkpoint suite of a Hugging Face causal LM (e.g. Pythia): every revision, one at a time,
+# into the same two tables as a run's; revisions probed before come from probes/cache/.
+rule probe_suite:
+    output:
+        heads=layout.suite_table("heads"),
+        model=layout.suite_table("model"),
+    log:
+        layout.log("probe_suite", "{suite}"),
+    conda:
+        "../../envs/train.yaml"
+    threads: EXECUTION_SETTINGS["threads"]
+    resources:
+        device=EXECUTION_SETTINGS["device"],
+        gpu=EXECUTION_SETTINGS["gpu"],
+        gpu_model=EXECUTION_SETTINGS["gpu_model"] or "",
+        mem_mb=EXECUTION_SETTINGS["probe_mem_mb"],
+        runtime=probe_runtime,
+    params:
+        suite=suite_spec_json,
+        probe=section_json("probe"),
+    shell:
+        "python -m ihsweep.steps.probe_suite --name {wildcards.suite} --suite {params.suite:q}"
+        " --probe {params.probe:q} --heads {output.heads} --model-table {output.model}"
+        " --device {resources.device} --threads {threads} > {log} 2>&1"

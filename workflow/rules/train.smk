@@ -34,3 +34,20 @@ rule train:
         " --run-dir {params.run_dir} --device {resources.device} --threads {threads}"
         " --progress-seconds {resources.progress_seconds} --micro-batch {resources.micro_batch}"
         " --memory-mb {resources.mem_mb} --compile {resources.compile} >> {log} 2>&1"
+
+
+# `snakemake results/runs/<run>/hf`: the run's newest checkpoint as a Hugging Face GPT-2 folder
+# that transformers loads with no code of ours (python -m ihsweep.export; not part of `all`).
+rule export:
+    input:
+        layout.run_file(layout.RUN_JSON),
+    output:
+        directory(layout.export_dir()),
+    log:
+        layout.log("export", layout.run_name()),
+    conda:
+        "../../envs/train.yaml"
+    params:
+        run_dir=input_dir,
+    shell:
+        "python -m ihsweep.export {params.run_dir} {output} > {log} 2>&1"

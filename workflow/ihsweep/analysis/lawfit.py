@@ -41,7 +41,10 @@ What is reported and how:
   model, whatever ``model`` says), refit
   ``log10 U_pt = log10 T - a log10 B - b log10 C + c log10 N_params`` and report c with its
   bootstrap interval (same resamples). The law claims c = 0; an interval excluding 0 is evidence
-  against size independence. Otherwise the c fields are None and ``c_note`` says why.
+  against size independence. Otherwise the c fields are None and ``c_note`` says why. A B or C
+  that is the same for every run (a checkpoint suite such as Pythia trains every size at one
+  B and C) drops out of the size model as a constant, so c is still tested when the law itself
+  cannot be fitted; ``size_fit`` then has None for that exponent.
 
 Too few points (fewer than ``MIN_RUNS`` emerged runs, or B or C not varying, or B and C
 collinear) give ``ok: False`` with a ``reason`` and None estimates, never an exception. Every
@@ -73,10 +76,14 @@ def fit_law(emergence: pd.DataFrame, n_boot: int, seed: int, model: str | None =
     result = _empty_result(runs, n_boot, seed)
     result.update(_left_out(emergence, every_model), model=model)
     result["n_other_models"] = len(every_model) - len(runs)
+    # The size test's own resamples, of every model's runs; a second stream of the same seed.
+    size_resamples = np.random.default_rng([seed, 1]).integers(
+        0, len(every_model), size=(n_boot, len(every_model))
+    )
     problem = _design_problem(runs)
     if problem:
         result["reason"] = problem
-        result["c_note"] = "law not fitted"
+        result.update(_size_test(every_model, size_resamples))
         return result
 
     y = np.log10(runs["updates_pt"].to_numpy(float))
@@ -110,10 +117,7 @@ def fit_law(emergence: pd.DataFrame, n_boot: int, seed: int, model: str | None =
     )
     if model is None:
         result.update(_size_test(runs, resamples))
-    else:  # its own resamples, of every model's runs; a second stream of the same seed
-        size_resamples = np.random.default_rng([seed, 1]).integers(
-            0, len(every_model), size=(n_boot, len(every_model))
-        )
+    else:
         result.update(_size_test(every_model, size_resamples))
     return result
 
@@ -202,13 +206,12 @@ def _design_problem(runs: pd.DataFrame) -> str:
     return ""
 
 
-def _design(runs: pd.DataFrame, with_size: bool = False) -> np.ndarray:
+def _design(runs: pd.DataFrame, with_size: bool = False, terms=("a", "b")) -> np.ndarray:
     # Columns are signed so that the coefficients come out as (log10 T, a, b[, c]).
-    cols = [
-        np.ones(len(runs)),
-        -np.log10(runs["batch_size"].to_numpy(float)),
-        -np.log10(runs["context_size"].to_numpy(float)),
-    ]
+    cols = [np.ones(len(runs))]
+    for term, column in (("a", "batch_size"), ("b", "context_size")):
+        if term in terms:
+            cols.append(-np.log10(runs[column].to_numpy(float)))
     if with_size:
         cols.append(np.log10(runs["n_params"].to_numpy(float)))
     return np.column_stack(cols)
@@ -244,21 +247,27 @@ def _size_test(runs: pd.DataFrame, resamples: np.ndarray) -> dict:
     y = np.log10(runs["updates_pt"].to_numpy(float))
     if sizes < 2:
         return {"c_note": f"{sizes} distinct n_params among emerged runs; need 2 to test size"}
-    x = _design(runs, with_size=True)
+    # A B or C shared by every run is a constant, not a term (one checkpoint suite's runs).
+    varying = (("a", "batch_size"), ("b", "context_size"))
+    terms = [t for t, column in varying if runs[column].nunique() > 1]
+    x = _design(runs, with_size=True, terms=terms)
     if len(y) <= x.shape[1]:
-        return {"c_note": f"{len(y)} emerged runs are too few for the 4-term size model"}
+        return {"c_note": f"{len(y)} emerged runs are too few for the {x.shape[1]}-term size model"}
     if np.linalg.matrix_rank(x) < x.shape[1]:
         return {"c_note": "n_params is collinear with B and C; its effect cannot be separated"}
     coef = _ols(x, y)
     boot = _bootstrap(x, y, resamples)
-    ci = _ci(boot[:, 3])
+    ci = _ci(boot[:, -1])
+    fitted = dict(zip(["log10_T", *terms], (_num(v) for v in coef), strict=False))
+    constant = [name for t, name in (("a", "B"), ("b", "C")) if t not in terms]
     return {
-        "c": _num(coef[3]),
+        "c": _num(coef[-1]),
         "c_ci": ci,
         "c_excludes_zero": None if ci is None else bool(ci[0] > 0 or ci[1] < 0),
         "c_n_boot_used": len(boot),
-        "size_fit": {"log10_T": _num(coef[0]), "a": _num(coef[1]), "b": _num(coef[2])},
-        "c_note": f"{sizes} distinct n_params; c = 0 means no model-size effect",
+        "size_fit": {"log10_T": fitted["log10_T"], "a": fitted.get("a"), "b": fitted.get("b")},
+        "c_note": f"{sizes} distinct n_params; c = 0 means no model-size effect"
+        + (f" ({' and '.join(constant)} the same for every run)" if constant else ""),
     }
 
 

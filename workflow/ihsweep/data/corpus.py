@@ -10,11 +10,33 @@ A corpus spec is a dict with a ``source`` key:
   ``base_dir``, glob patterns allowed. ``.txt``/``.text``/``.md`` files are split into documents
   on blank lines; ``.jsonl``/``.jsonlines``/``.ndjson`` files hold one JSON object per line with
   the text in ``text_field``.
-- ``{"source": "huggingface", "name": "cc100", "config": "en", "split": "train",
-  "text_field": "text", "max_documents": N}``: streamed with ``datasets.load_dataset(...,
-  streaming=True)``, first ``max_documents`` documents (all when null). Optional keys
-  ``revision`` and ``data_files`` are passed through. ``datasets`` is an optional extra
-  (``pip install 'ihsweep[hf]'``) and is imported only here, on use.
+- ``{"source": "huggingface", "name": ..., "config": null, "split": "train",
+  "text_field": "text", "max_documents": N, "revision": null, "data_files": null}``: read
+  through the Hugging Face ``datasets`` library, first ``max_documents`` documents (all when
+  null), records whose text is empty skipped. ``name`` says where the data are:
+
+  - a hub dataset id (``cc100``, ``owner/name``): streamed, ``datasets.load_dataset(name,
+    config, split=..., streaming=True, revision=..., data_files=...)``; nothing is downloaded
+    whole. With ``HF_HUB_OFFLINE`` or ``HF_DATASETS_OFFLINE`` set, ``datasets`` reads its cache
+    only, and the error says so when the dataset is not there.
+  - a local folder (a path: it exists, or starts with ``/``, ``./``, ``../`` or ``~``, or has
+    two or more ``/``), relative to ``base_dir``: the same ``load_dataset`` call, which reads
+    the folder's data files (json/jsonl, csv, parquet, txt, arrow; ``data_files`` restricts
+    them, relative to the folder). A folder written by ``Dataset.save_to_disk`` or
+    ``DatasetDict.save_to_disk`` (it holds ``state.json`` or ``dataset_dict.json``), which
+    ``load_dataset`` refuses, is opened with ``datasets.load_from_disk`` instead; ``split``
+    picks a DatasetDict's split.
+  - a file builder of ``datasets`` (:data:`HF_FILE_BUILDERS`: ``json``, ``csv``, ``parquet``,
+    ``text``, ...) with ``data_files``: the same ``load_dataset`` call on those files (paths
+    relative to ``base_dir``, glob patterns allowed, expanded and sorted here). ``text`` makes
+    each line a document, in a column named ``text``.
+
+  Local data never touch the network. What can be checked before reading (a missing folder or
+  data file, keys that do not apply) is checked by :func:`check_huggingface`, which the config
+  check runs before any job starts; a missing ``text_field`` column is found on opening the
+  dataset, in the tokenize step. Both raise :class:`CorpusError`, naming the spec key and the
+  fix. ``datasets`` is an optional extra for users (``pip install 'ihsweep[hf]'``; the dev
+  extra has it) and is imported only here, on use.
 
 ``corpus_fingerprint`` hashes what identifies the text (the normalised spec plus file contents),
 so that a changed input file changes the fingerprint but a rerun does not.
@@ -29,11 +51,18 @@ import os
 import re
 import sqlite3
 from collections.abc import Iterator
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 TEXT_SUFFIXES = (".txt", ".text", ".md")
 JSONL_SUFFIXES = (".jsonl", ".jsonlines", ".ndjson")
+# The builders of ``datasets`` that read data files (``name: json`` with ``data_files``).
+HF_FILE_BUILDERS = ("arrow", "csv", "json", "pandas", "parquet", "text", "xml")
+# Files that ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk`` write at a folder's top.
+HF_SAVED_MARKERS = ("state.json", "dataset_dict.json")
+OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+TRUTHY = ("1", "ON", "YES", "TRUE")
 
 # A verse marker such as "1:14 " at the start of each verse. Some rows of the database hold
 # several verses (even across a chapter boundary), so the markers, not the rows, say where a
@@ -43,6 +72,21 @@ _BLANK_LINE = re.compile(r"\n[ \t\r\f\v]*\n")
 _SPACES = re.compile(r"\s+")
 
 
+class CorpusError(ValueError):
+    """A corpus that cannot be read as configured: ``key`` is the spec key at fault.
+
+    The message reads ``<where>.<key>: <problem and fix>``; :meth:`within` puts it under the
+    dataset's own key (``datasets.<name>.corpus``) once the caller knows the dataset's name.
+    """
+
+    def __init__(self, key: str, problem: str, where: str = "corpus"):
+        self.key, self.problem, self.where = key, problem, where
+        super().__init__(f"{where}.{key}: {problem}")
+
+    def within(self, where: str) -> CorpusError:
+        return CorpusError(self.key, self.problem, where)
+
+
 def load_documents(spec: dict, base_dir: str | os.PathLike = ".") -> Iterator[str]:
     """Yield the corpus's documents as strings, in a fixed order. Each call starts afresh."""
     if spec["source"] == "kjv":
@@ -50,8 +94,10 @@ def load_documents(spec: dict, base_dir: str | os.PathLike = ".") -> Iterator[st
     if spec["source"] == "files":
         files = resolve_paths(spec["paths"], base_dir)
         return _iter_files(files, spec["text_field"])
-    # Import now, not at the first next(), so a missing package fails where it is asked for.
-    return _iter_huggingface(spec, _import_datasets())
+    # Check, import and open now, not at the first next(), so that a missing path, package or
+    # column fails where the documents are asked for.
+    where = check_huggingface(spec, base_dir)
+    return _iter_huggingface(spec, _open_huggingface(spec, where, _import_datasets()))
 
 
 def corpus_fingerprint(spec: dict, base_dir: str | os.PathLike = ".") -> str:
@@ -60,11 +106,15 @@ def corpus_fingerprint(spec: dict, base_dir: str | os.PathLike = ".") -> str:
     h.update(json.dumps(spec, sort_keys=True).encode())
     if spec["source"] == "kjv":
         h.update(_file_digest(kjv_db_path()).encode())
-    elif spec["source"] == "files":
-        for path in resolve_paths(spec["paths"], base_dir):
-            # Relative names keep the fingerprint independent of where the checkout lives.
-            h.update(os.path.relpath(path, base_dir).encode() + b"\0")
-            h.update(_file_digest(path).encode())
+        return h.hexdigest()
+    if spec["source"] == "files":
+        root, files = base_dir, resolve_paths(spec["paths"], base_dir)
+    else:
+        root, files = huggingface_local_files(spec, base_dir)
+    for path in files:
+        # Relative names keep the fingerprint independent of where the checkout lives.
+        h.update(os.path.relpath(path, root).encode() + b"\0")
+        h.update(_file_digest(path).encode())
     return h.hexdigest()
 
 
@@ -183,6 +233,140 @@ def _file_digest(path: str | os.PathLike) -> str:
 # --- Hugging Face datasets ------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class HfSource:
+    """Where a ``huggingface`` corpus is read from, as :func:`check_huggingface` found it.
+
+    ``kind`` is ``hub`` (a hub id, streamed), ``folder`` (a local folder of data files),
+    ``saved`` (a folder written by ``save_to_disk``) or ``builder`` (a file builder such as
+    ``json`` with ``data_files``). ``path`` is the local folder (None otherwise); ``data_files``
+    the data files as passed to ``datasets`` (local ones resolved and expanded).
+    """
+
+    kind: str
+    path: str | None
+    data_files: str | list[str] | None
+
+
+def check_huggingface(spec: dict, base_dir: str | os.PathLike = ".") -> HfSource:
+    """Classify ``spec["name"]`` and check what can be checked without reading the data.
+
+    Raises CorpusError for a local folder or data file that is not there, a local path that is
+    a file, a file builder without data files, and keys that do not apply to local data.
+    Imports nothing from ``datasets``: the config check calls it before any job starts.
+    """
+    name, data_files = spec["name"], spec["data_files"]
+    if name in HF_FILE_BUILDERS:
+        if data_files is None:
+            raise CorpusError(
+                "data_files",
+                f"name {name!r} is a file builder of the datasets library and reads the files "
+                f"given in data_files; list them (paths or glob patterns relative to "
+                f"{_where(base_dir)}), or give a hub id or a local folder as name",
+            )
+        _no_revision(spec, "a file builder")
+        return HfSource("builder", None, _resolve_data_files(data_files, base_dir))
+    path = os.path.join(base_dir, os.path.expanduser(name))
+    if not (_looks_like_path(name) or os.path.exists(path)):
+        return HfSource("hub", None, data_files)
+    if not os.path.exists(path):
+        raise CorpusError(
+            "name",
+            f"local dataset folder {name!r} not found (looked for {os.path.abspath(path)}); "
+            f"fix the path, or give a hub id (name or owner/name) to stream from the hub",
+        )
+    if not os.path.isdir(path):
+        builder = _builder_for(path)
+        raise CorpusError(
+            "name",
+            f"{name!r} is a file, not a dataset folder; for data files write "
+            f"name: {builder} and data_files: [{name!r}], or point name at their folder",
+        )
+    _no_revision(spec, "a local folder")
+    if any(os.path.isfile(os.path.join(path, m)) for m in HF_SAVED_MARKERS):
+        for key in ("data_files", "config"):
+            if spec[key] is not None:
+                raise CorpusError(
+                    key,
+                    f"{name!r} was written by save_to_disk and is read whole with "
+                    f"datasets.load_from_disk, which takes no {key}; set {key} to null",
+                )
+        return HfSource("saved", path, None)
+    if data_files is not None:
+        data_files = _resolve_data_files(data_files, path, relative_to=f"folder {name!r}")
+    return HfSource("folder", path, data_files)
+
+
+def huggingface_local_files(spec: dict, base_dir: str | os.PathLike = ".") -> tuple[str, list]:
+    """(root, files): the local files a ``huggingface`` corpus reads, for its fingerprint; no
+    files for a hub dataset (its name, config and revision identify it)."""
+    where = check_huggingface(spec, base_dir)
+    if where.kind == "hub":
+        return str(base_dir), []
+    if where.data_files is not None:
+        return where.path or str(base_dir), list(where.data_files)
+    files = []
+    for folder, dirs, names in os.walk(where.path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        files.extend(os.path.join(folder, n) for n in sorted(names) if not n.startswith("."))
+    return where.path, files
+
+
+def _looks_like_path(name: str) -> bool:
+    """A hub id is ``name`` or ``owner/name``; anything else path-like is a local path."""
+    return (
+        name in (".", "..")
+        or name.startswith(("/", "./", "../", "~"))
+        or name.count("/") >= 2
+        or (os.sep != "/" and os.sep in name)
+    )
+
+
+def _resolve_data_files(
+    data_files: str | list[str], base: str | os.PathLike, relative_to: str | None = None
+) -> list[str]:
+    """Local data files, relative to ``base``, globs expanded and sorted, each one checked."""
+    patterns = [data_files] if isinstance(data_files, str) else list(data_files)
+    out: list[str] = []
+    for i, pattern in enumerate(patterns):
+        key = "data_files" if isinstance(data_files, str) else f"data_files[{i}]"
+        full = os.path.join(base, os.path.expanduser(pattern))
+        if glob.has_magic(pattern):
+            matches = sorted(p for p in glob.glob(full, recursive=True) if os.path.isfile(p))
+        else:
+            matches = [full] if os.path.isfile(full) else []
+        if not matches:
+            raise CorpusError(
+                key,
+                f"{pattern!r} matches no file (looked for {os.path.abspath(full)}; paths are "
+                f"relative to {relative_to or _where(base)}); fix the path or create the file",
+            )
+        out.extend(matches)
+    return out
+
+
+def _no_revision(spec: dict, what: str) -> None:
+    if spec["revision"] is not None:
+        raise CorpusError(
+            "revision",
+            f"{spec['name']!r} is {what}, and revision applies to hub datasets only; "
+            f"set revision to null",
+        )
+
+
+def _builder_for(path: str) -> str:
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix in (".json", *JSONL_SUFFIXES):
+        return "json"
+    if suffix in (".csv", ".tsv", ".parquet", ".arrow", ".xml"):
+        return suffix[1:].replace("tsv", "csv")
+    return "text"
+
+
+def _where(base_dir: str | os.PathLike) -> str:
+    return "the working directory" if str(base_dir) == "." else str(base_dir)
+
+
 def _import_datasets():
     try:
         import datasets
@@ -194,19 +378,79 @@ def _import_datasets():
     return datasets
 
 
-def _iter_huggingface(spec: dict, datasets) -> Iterator[str]:
-    kwargs = {"split": spec["split"], "streaming": True}
-    for key in ("revision", "data_files"):
-        if spec[key] is not None:
-            kwargs[key] = spec[key]
-    stream = datasets.load_dataset(spec["name"], spec["config"], **kwargs)
-    limit = spec["max_documents"]
-    field = spec["text_field"]
+def _open_huggingface(spec: dict, where: HfSource, datasets):
+    """The dataset (a Dataset, or an IterableDataset when streamed) for ``where``."""
+    name, split = spec["name"], spec["split"]
+    if where.kind == "saved":
+        opened = datasets.load_from_disk(where.path)
+        if isinstance(opened, datasets.DatasetDict):
+            if split not in opened:
+                raise CorpusError(
+                    "split",
+                    f"no split {split!r} in {name!r}; its splits: {', '.join(opened)}; "
+                    f"set split to one of them",
+                )
+            opened = opened[split]
+        return opened
+    kwargs = {"split": split, "streaming": True}
+    if spec["revision"] is not None:
+        kwargs["revision"] = spec["revision"]
+    if where.data_files is not None:
+        kwargs["data_files"] = where.data_files
+    try:
+        return datasets.load_dataset(where.path or name, spec["config"], **kwargs)
+    except ValueError as err:
+        if str(err).startswith("Bad split"):  # "Bad split: x. Available splits: [...]"
+            raise CorpusError("split", f"{err} (in {name!r}); set split to one of them") from err
+        raise
+    except ConnectionError as err:
+        if where.kind != "hub":
+            raise
+        offline = [v for v in OFFLINE_VARIABLES if os.environ.get(v, "").upper() in TRUTHY]
+        fix = (
+            f"{' and '.join(offline)} is set and it is not in the local cache: run once with "
+            f"network access to fill the cache"
+            if offline
+            else "the hub cannot be reached from here: run where it can"
+        )
+        raise CorpusError(
+            "name", f"cannot open hub dataset {name!r} ({err}); {fix}, or give a local folder"
+        ) from err
+
+
+def _iter_huggingface(spec: dict, dataset) -> Iterator[str]:
+    field, name = spec["text_field"], spec["name"]
+    columns = getattr(dataset, "column_names", None)  # None when a stream's columns are unknown
+    if columns is not None:
+        if field not in columns:
+            raise _no_column(field, name, columns)
+        dataset = dataset.select_columns([field])  # leave the other columns undecoded
+    return _take_texts(dataset, field, name, spec["max_documents"])
+
+
+def _take_texts(records, field: str, name: str, limit: int | None) -> Iterator[str]:
     n = 0
-    for record in stream:
+    for record in records:
         if limit is not None and n >= limit:
             break
+        if field not in record:
+            raise _no_column(field, name, list(record))
         text = record[field]
-        if text:
-            n += 1
-            yield text
+        if text is None or text == "":
+            continue
+        if not isinstance(text, str):
+            raise CorpusError(
+                "text_field",
+                f"column {field!r} of {name!r} holds {type(text).__name__} values, not text; "
+                f"set text_field to the column that holds the documents' text",
+            )
+        n += 1
+        yield text
+
+
+def _no_column(field: str, name: str, columns: list[str]) -> CorpusError:
+    return CorpusError(
+        "text_field",
+        f"no column {field!r} in {name!r}; its columns: {', '.join(columns) or 'none'}; "
+        f"set text_field to the column that holds the documents' text",
+    )

@@ -1,0 +1,57 @@
+"""Rule ``probe_suite``: PS and LA per head, AR per model, at every revision of one checkpoint
+suite of a Hugging Face causal LM (``ihsweep.probing.suite``).
+
+    python -m ihsweep.steps.probe_suite --name pythia-160m --suite '<suites.<name> JSON>' \
+        --probe '<probe JSON>' --heads .../probes/heads.parquet --model-table .../model.parquet
+
+Each revision's result is cached beside the tables (``probes/cache/<revision>.parquet``), so a
+revision probed before is not loaded again.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+from ihsweep.config import complete
+from ihsweep.io import json_arg, write_parquet
+from ihsweep.probing.suite import SuiteError, probe_suite
+from ihsweep.steps import _args
+from ihsweep.training.loop import pick_device
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = _args.parser("probe_suite", "Probe every revision of a checkpoint suite.")
+    p.add_argument("--name", required=True, help="the suite's name (a key of `suites`)")
+    p.add_argument("--suite", required=True, type=json_arg, help="its `suites.<name>` entry")
+    _args.add_spec(p, "--probe", "probe", required=False)
+    p.add_argument("--heads", required=True, type=Path, help="output: per-head table (Parquet)")
+    p.add_argument("--model-table", required=True, type=Path, help="output: per-revision table")
+    p.add_argument("--base-dir", default=".", help="folder that a local suite's path is under")
+    _args.add_execution(p)
+    args = p.parse_args(argv)
+    execution = _args.execution(args)
+    torch.set_num_threads(execution["threads"])
+    suite = complete("suite", args.suite)
+    suite["data"] = suite["data"] or args.name
+    try:
+        heads, model = probe_suite(
+            args.name,
+            suite,
+            complete("probe", args.probe),
+            pick_device(execution["device"]),
+            args.heads.parent / "cache",
+            args.base_dir,
+        )
+    except SuiteError as err:  # a revision that is not there: its name, not a traceback
+        print(err, file=sys.stderr)
+        return 1
+    write_parquet(heads, args.heads)
+    write_parquet(model, args.model_table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
