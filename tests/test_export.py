@@ -14,14 +14,15 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
 
 from ihsweep.export import SPEC_JSON, export_checkpoint, find_checkpoint, main  # noqa: E402
-from ihsweep.probing.hf import load_revision, probe_hf  # noqa: E402
 from ihsweep.probing.run import probe_checkpoint  # noqa: E402
+from ihsweep.steps import probe_suite  # noqa: E402
 from ihsweep.training.checkpoints import (  # noqa: E402
     list_checkpoints,
     load_checkpoint_weights,
@@ -103,20 +104,28 @@ def test_exported_folder_gives_our_logits(run_dir, tmp_path):
     assert (differ > 1e-3) == GPTConfig(**meta["model_config"]).mlp
 
 
-def test_probing_the_export_gives_our_probe_tables(run_dir, tmp_path):
+def test_probing_the_export_as_a_suite_gives_our_probe_tables(run_dir, tmp_path):
+    # Each export is the one revision (step30) of a local suite, probed by the suite step.
     for kind, meta in checkpoints(run_dir, tmp_path).items():
         want = probe_checkpoint(meta, PROBE, torch.device("cpu"))
-        model = load_revision(
-            export_checkpoint(meta, tmp_path / "hf" / kind), local_files_only=True
-        )
-        heads, summary = probe_hf(model, V, meta["spec"]["context_size"], PROBE)
-        assert len(heads) == 2 * 4
+        export_checkpoint(meta, tmp_path / kind / f"step{meta['step']}")
+        spec = meta["spec"]
+        suite = {"model": str(tmp_path / kind), "revisions": [f"step{meta['step']}"],
+                 "batch_size": spec["batch_size"], "context_size": spec["context_size"],
+                 "vocab_size": V}  # fmt: skip
+        out = tmp_path / kind / "probes"
+        argv = ["--name", kind, "--suite", json.dumps(suite), "--probe", json.dumps(PROBE),
+                "--heads", str(out / "heads.parquet"), "--model-table", str(out / "model.parquet"),
+                "--device", "cpu"]  # fmt: skip
+        assert probe_suite.main(argv) == 0
+        heads, model = (pd.read_parquet(out / f"{t}.parquet") for t in ("heads", "model"))
+        assert len(heads) == 2 * 4 and model["tokens"].tolist() == [meta["tokens"]]
         if kind == "large":  # a comparison with teeth
             assert want["ps"].std() > 1e-3 and want["la"].std() > 1e-3
         np.testing.assert_allclose(heads["ps"], want["ps"], rtol=0, atol=1e-5)
         np.testing.assert_allclose(heads["la"], want["la"], rtol=0, atol=1e-5)
-        assert summary["ar_acc"] == pytest.approx(want["ar_acc"].iat[0], abs=1e-12)
-        assert summary["ar_rank"] == pytest.approx(want["ar_rank"].iat[0], abs=1e-12)
+        assert model["ar_acc"].iat[0] == pytest.approx(want["ar_acc"].iat[0], abs=1e-12)
+        assert model["ar_rank"].iat[0] == pytest.approx(want["ar_rank"].iat[0], abs=1e-12)
 
 
 def test_command_exports_a_run_or_a_checkpoint_and_refuses_a_foreign_folder(

@@ -21,7 +21,7 @@ transformers = pytest.importorskip("transformers")
 
 from ihsweep.probing.hf import HFProbeModel, load_revision, probe_hf  # noqa: E402
 from ihsweep.probing.scores import make_probe_batch  # noqa: E402
-from test_probes import next_token, reference_ar  # noqa: E402
+from test_probes import reference_ar, reference_head  # noqa: E402
 
 V = 100  # the tokenizer's vocabulary; GPT-NeoX's embedding is padded to 128 rows beyond it
 C = 40  # context size: probe half-length s = 20
@@ -101,8 +101,6 @@ def layers_and_values(model) -> tuple[list, list]:
 def reference_scores(model, tokens: torch.Tensor) -> tuple[np.ndarray, np.ndarray, tuple]:
     """PS and LA per head (layer-major) and AR, from the plain model's outputs, in float64."""
     out = model(input_ids=tokens, output_attentions=True, output_hidden_states=True)
-    n_seq, T = tokens.shape
-    s = T // 2
     W_U = model.get_output_embeddings().weight[:V].double()
     ps_rows, la_rows = [], []
     norm_value, heads_o = layers_and_values(model)
@@ -111,20 +109,9 @@ def reference_scores(model, tokens: torch.Tensor) -> tuple[np.ndarray, np.ndarra
         v = value(norm(out.hidden_states[layer])).double()  # [batch, k, head, d_head]
         z = torch.einsum("bhqk,bkhd->bqhd", pattern, v)
         for h in range(W_O.shape[0]):
-            ps_vals, la_vals = [], []
-            for b in range(n_seq):
-                types = tokens[b, :s].tolist()
-                for p in range(s, 2 * s):
-                    ps_vals.append(pattern[b, h, p, p - s + 1].item())
-                    o = z[b, p, h] @ W_O[h].double()
-                    dots = (W_U[types] @ o).tolist()
-                    mean = sum(dots) / len(dots)
-                    relu = [max(x - mean, 0.0) for x in dots]
-                    total = sum(relu)
-                    B = next_token(tokens, b, p)
-                    la_vals.append(relu[types.index(B)] / total if total > 0 else 0.0)
-            ps_rows.append(sum(ps_vals) / len(ps_vals))
-            la_rows.append(sum(la_vals) / len(la_vals))
+            ps, la = reference_head(pattern, z, W_O[h].double(), W_U, tokens, h)
+            ps_rows.append(ps)
+            la_rows.append(la)
     ar = reference_ar(out.logits[..., :V].double(), tokens)
     return np.array(ps_rows), np.array(la_rows), ar
 

@@ -173,11 +173,30 @@ def next_token(tokens: torch.Tensor, b: int, p: int) -> int:
     return tokens[b, p - s + 1].item() if p < 2 * s - 1 else tokens[b, 0].item()
 
 
+def reference_head(pattern, z, W_O_h, W_U, tokens, h: int) -> tuple[float, float]:
+    """PS and LA of head ``h``, SPEC section 1 read literally, one instance at a time.
+
+    ``pattern`` [batch, head, q, k] and ``z`` [batch, pos, head, d_head] of its layer, its output
+    projection ``W_O_h`` [d_head, d_model] and the unembedding ``W_U``, all float64."""
+    s = tokens.shape[1] // 2
+    ps_vals, la_vals = [], []
+    for b in range(tokens.shape[0]):
+        types = tokens[b, :s].tolist()
+        for p in range(s, 2 * s):
+            ps_vals.append(pattern[b, h, p, p - s + 1].item())
+            o = z[b, p, h] @ W_O_h
+            dots = [(o @ W_U[j]).item() for j in types]
+            mean = sum(dots) / len(dots)
+            relu = [max(x - mean, 0.0) for x in dots]
+            total = sum(relu)
+            B = next_token(tokens, b, p)
+            la_vals.append(relu[types.index(B)] / total if total > 0 else 0.0)
+    return sum(ps_vals) / len(ps_vals), sum(la_vals) / len(la_vals)
+
+
 def reference_ps_la(model: GPT, tokens: torch.Tensor):
-    """PS and LA per head, SPEC section 1 read literally, one instance at a time, in float64."""
+    """PS and LA per head (layer-major) of one of our models, by ``reference_head``."""
     _, cache = model(tokens, cache=True)
-    n, T = tokens.shape
-    s = T // 2
     cfg = model.cfg
     W_U = model.W_U.double()
     ps_rows, la_rows = [], []
@@ -187,20 +206,9 @@ def reference_ps_la(model: GPT, tokens: torch.Tensor):
         out_w = model.blocks[layer].attn.out.weight.double()  # [d_model, head * d_head]
         for h in range(cfg.n_head):
             W_O_h = out_w[:, h * cfg.d_head : (h + 1) * cfg.d_head].T  # head h's slice
-            ps_vals, la_vals = [], []
-            for b in range(n):
-                types = tokens[b, :s].tolist()
-                for p in range(s, 2 * s):
-                    ps_vals.append(pattern[b, h, p, p - s + 1].item())
-                    o = z[b, p, h] @ W_O_h
-                    dots = [(o @ W_U[j]).item() for j in types]
-                    mean = sum(dots) / len(dots)
-                    relu = [max(x - mean, 0.0) for x in dots]
-                    total = sum(relu)
-                    B = next_token(tokens, b, p)
-                    la_vals.append(relu[types.index(B)] / total if total > 0 else 0.0)
-            ps_rows.append(sum(ps_vals) / len(ps_vals))
-            la_rows.append(sum(la_vals) / len(la_vals))
+            ps, la = reference_head(pattern, z, W_O_h, W_U, tokens, h)
+            ps_rows.append(ps)
+            la_rows.append(la)
     return np.array(ps_rows), np.array(la_rows)
 
 
