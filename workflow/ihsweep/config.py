@@ -810,11 +810,9 @@ def _check_law_model(config: dict) -> None:
 
 
 def _check_suites(config: dict) -> dict:
-    """The suites, checked (``ihsweep.probing.suite.check_suite``), ``data`` filled in."""
+    """The suites, checked (``ihsweep.probing.suite.check_suite``)."""
     suites = config.get("suites", {})
     for name, suite in suites.items():
-        if suite["data"] is None:
-            suite["data"] = name
         try:
             check_suite(name, suite)
         except SuiteError as err:

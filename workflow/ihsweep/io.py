@@ -59,6 +59,12 @@ def read_parquet_key(path: str | os.PathLike) -> str | None:
     return key.decode() if key is not None else None
 
 
+def set_flags(*names: str) -> list[str]:
+    """The environment variables among ``names`` set to a true value (1, on, yes, true), as
+    the Hugging Face libraries read their offline switches."""
+    return [n for n in names if os.environ.get(n, "").upper() in ("1", "ON", "YES", "TRUE")]
+
+
 def json_arg(text: str) -> dict:
     """An argparse type: a JSON object, given inline or as @path to a file holding it."""
     if text.startswith("@"):

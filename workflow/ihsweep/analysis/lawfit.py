@@ -63,6 +63,8 @@ MIN_RUNS = 4  # three coefficients plus at least one residual degree of freedom
 CONFIDENCE = 0.95
 FORMULA = "log10 U_pt = log10 T - a log10 B - b log10 C"
 SIZE_FORMULA = FORMULA + " + c log10 N_params"
+# The law's two exponents: (coefficient, the emergence table's column, the symbol).
+EXPONENTS = (("a", "batch_size", "B"), ("b", "context_size", "C"))
 
 
 def fit_law(emergence: pd.DataFrame, n_boot: int, seed: int, model: str | None = None) -> dict:
@@ -198,9 +200,9 @@ def _single(runs: pd.DataFrame, column: str):
 def _design_problem(runs: pd.DataFrame) -> str:
     if len(runs) < MIN_RUNS:
         return f"only {len(runs)} emerged runs; the law needs at least {MIN_RUNS}"
-    for column, name in (("batch_size", "B"), ("context_size", "C")):
+    for _, column, symbol in EXPONENTS:
         if runs[column].nunique() < 2:
-            return f"{name} ({column}) does not vary among the emerged runs"
+            return f"{symbol} ({column}) does not vary among the emerged runs"
     if np.linalg.matrix_rank(_design(runs)) < 3:
         return "B and C vary together (collinear), so a and b cannot be separated"
     return ""
@@ -209,7 +211,7 @@ def _design_problem(runs: pd.DataFrame) -> str:
 def _design(runs: pd.DataFrame, with_size: bool = False, terms=("a", "b")) -> np.ndarray:
     # Columns are signed so that the coefficients come out as (log10 T, a, b[, c]).
     cols = [np.ones(len(runs))]
-    for term, column in (("a", "batch_size"), ("b", "context_size")):
+    for term, column, _ in EXPONENTS:
         if term in terms:
             cols.append(-np.log10(runs[column].to_numpy(float)))
     if with_size:
@@ -248,8 +250,7 @@ def _size_test(runs: pd.DataFrame, resamples: np.ndarray) -> dict:
     if sizes < 2:
         return {"c_note": f"{sizes} distinct n_params among emerged runs; need 2 to test size"}
     # A B or C shared by every run is a constant, not a term (one checkpoint suite's runs).
-    varying = (("a", "batch_size"), ("b", "context_size"))
-    terms = [t for t, column in varying if runs[column].nunique() > 1]
+    terms = [t for t, column, _ in EXPONENTS if runs[column].nunique() > 1]
     x = _design(runs, with_size=True, terms=terms)
     if len(y) <= x.shape[1]:
         return {"c_note": f"{len(y)} emerged runs are too few for the {x.shape[1]}-term size model"}
@@ -259,7 +260,7 @@ def _size_test(runs: pd.DataFrame, resamples: np.ndarray) -> dict:
     boot = _bootstrap(x, y, resamples)
     ci = _ci(boot[:, -1])
     fitted = dict(zip(["log10_T", *terms], (_num(v) for v in coef), strict=False))
-    constant = [name for t, name in (("a", "B"), ("b", "C")) if t not in terms]
+    constant = [symbol for t, _, symbol in EXPONENTS if t not in terms]
     return {
         "c": _num(coef[-1]),
         "c_ci": ci,

@@ -55,6 +55,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from ihsweep.io import set_flags
+
 TEXT_SUFFIXES = (".txt", ".text", ".md")
 JSONL_SUFFIXES = (".jsonl", ".jsonlines", ".ndjson")
 # The builders of ``datasets`` that read data files (``name: json`` with ``data_files``).
@@ -62,7 +64,6 @@ HF_FILE_BUILDERS = ("arrow", "csv", "json", "pandas", "parquet", "text", "xml")
 # Files that ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk`` write at a folder's top.
 HF_SAVED_MARKERS = ("state.json", "dataset_dict.json")
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-TRUTHY = ("1", "ON", "YES", "TRUE")
 
 # A verse marker such as "1:14 " at the start of each verse. Some rows of the database hold
 # several verses (even across a chapter boundary), so the markers, not the rows, say where a
@@ -406,7 +407,7 @@ def _open_huggingface(spec: dict, where: HfSource, datasets):
     except ConnectionError as err:
         if where.kind != "hub":
             raise
-        offline = [v for v in OFFLINE_VARIABLES if os.environ.get(v, "").upper() in TRUTHY]
+        offline = set_flags(*OFFLINE_VARIABLES)
         fix = (
             f"{' and '.join(offline)} is set and it is not in the local cache: run once with "
             f"network access to fill the cache"

@@ -115,6 +115,12 @@ def probe_run(
         if not allow_empty:
             raise FileNotFoundError(f"no checkpoints under {run_dir}/ckpt")
         return pd.DataFrame(columns=HEAD_COLUMNS), pd.DataFrame(columns=MODEL_COLUMNS)
+    return probe_tables(frames)
+
+
+def probe_tables(frames: list[pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The heads and model tables from per-checkpoint frames (``probe_checkpoint``'s: one row
+    per head, the model-level numbers repeated on each), sorted by step."""
     full = pd.concat(frames, ignore_index=True)
     heads = full[HEAD_COLUMNS].sort_values(["step", "layer", "head"], ignore_index=True)
     model = full.drop_duplicates("step")[MODEL_COLUMNS].sort_values("step", ignore_index=True)

@@ -42,6 +42,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from ihsweep.io import set_flags
+
 # Pythia's published revisions: step0, log-spaced steps 1 ... 512, then every 1000 steps.
 PYTHIA_REVISIONS = tuple(
     [f"step{s}" for s in (0, *(2**i for i in range(10)))]
@@ -70,9 +72,14 @@ def revision_step(name: str) -> int:
     return int(match.group(1))
 
 
+def data_name(name: str, suite: dict) -> str:
+    """The suite's training data in the tables: its ``data``, else the suite's name."""
+    return suite["data"] or name
+
+
 def run_id(name: str, suite: dict) -> str:
     b, c, seed = suite["batch_size"], suite["context_size"], suite["seed"]
-    return f"{suite['data']}/{name}/B{b}-C{c}-s{seed}"
+    return f"{data_name(name, suite)}/{name}/B{b}-C{c}-s{seed}"
 
 
 def is_local(suite: dict, base_dir: str | os.PathLike = ".") -> bool:
@@ -80,9 +87,7 @@ def is_local(suite: dict, base_dir: str | os.PathLike = ".") -> bool:
 
 
 def offline(suite: dict) -> bool:
-    truthy = ("1", "ON", "YES", "TRUE")
-    env = any(os.environ.get(v, "").upper() in truthy for v in OFFLINE_VARIABLES)
-    return bool(suite["local_files_only"]) or env
+    return bool(suite["local_files_only"]) or bool(set_flags(*OFFLINE_VARIABLES))
 
 
 def revision_source(
@@ -174,7 +179,7 @@ def probe_suite(
 
     from ihsweep.io import read_parquet_key, write_parquet
     from ihsweep.probing.hf import load_revision, probe_hf
-    from ihsweep.probing.run import HEAD_COLUMNS, MODEL_COLUMNS
+    from ihsweep.probing.run import probe_tables
 
     revisions = revision_names(suite)
     vocab_size = suite["vocab_size"] or _tokenizer_size(name, suite, revisions[0], base_dir)
@@ -198,7 +203,7 @@ def probe_suite(
         step = revision_step(revision)
         heads = heads.assign(
             run_id=run_id(name, suite),
-            data=suite["data"],
+            data=data_name(name, suite),
             model=name,
             batch_size=suite["batch_size"],
             context_size=suite["context_size"],
@@ -214,9 +219,7 @@ def probe_suite(
         write_parquet(heads, cache, key=key)
         print(f"probed {name} {revision}: ps_max {summary['ps_max']:.3f}", flush=True)
         frames.append(heads)
-    full = pd.concat(frames, ignore_index=True)
-    heads = full[HEAD_COLUMNS].sort_values(["step", "layer", "head"], ignore_index=True)
-    model = full.drop_duplicates("step")[MODEL_COLUMNS].sort_values("step", ignore_index=True)
+    heads, model = probe_tables(frames)
     model = model.assign(budget=budget, outcome="completed", outcome_detail="",
                          predicted_tokens=math.nan)  # fmt: skip
     return heads, model

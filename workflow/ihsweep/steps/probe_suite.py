@@ -35,7 +35,6 @@ def main(argv: list[str] | None = None) -> int:
     execution = _args.execution(args)
     torch.set_num_threads(execution["threads"])
     suite = complete("suite", args.suite)
-    suite["data"] = suite["data"] or args.name
     try:
         heads, model = probe_suite(
             args.name,
