@@ -519,6 +519,20 @@ def test_minimal_dataset_gets_gpt2_tokenizer_and_no_repetition(monkeypatch):
     assert study.vocab_size_of("text") == 50257
 
 
+def test_checkpoint_schedule_per_decade_is_log_spaced(monkeypatch):
+    monkeypatch.chdir(REPO)
+    config = merged(
+        """
+        training: {tokens: 2000}
+        checkpoints: {start: 100, linear_from: 1000, every: 500, per_decade: 10}
+        runs: [{data: kjv-copy, model: tiny, batch_size: 4, context_size: 16, seed: 0}]
+        """
+    )
+    # 100 * 10^(k/10) rounded, below linear_from; then 1000, 1500, 2000.
+    expected = [100, 126, 158, 200, 251, 316, 398, 501, 631, 794, 1000, 1500, 2000]
+    assert prepare(config).checkpoint_tokens == expected
+
+
 def test_checkpoint_schedule_and_steps_hand_checked(monkeypatch):
     monkeypatch.chdir(REPO)
     config = merged(

@@ -133,11 +133,15 @@ def schedule_tokens(checkpoints: dict, budget: int) -> list[int]:
     if "tokens" in checkpoints:
         return sorted(t for t in checkpoints["tokens"] if t <= budget)
     start, linear_from, every = (checkpoints[k] for k in ("start", "linear_from", "every"))
+    per_decade = checkpoints.get("per_decade")
     tokens = []
-    t = start
+    k, t = 0, start
     while t < linear_from and t <= budget:
         tokens.append(t)
-        t *= 2
+        k += 1
+        # Integer doubling by default (exact); log-spaced from start with per_decade.
+        t = start * 2**k if per_decade is None else round(start * 10 ** (k / per_decade))
+    tokens = sorted(set(tokens))
     t = linear_from
     while t <= budget:
         tokens.append(t)
