@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from ihsweep.analysis.emergence import (
+    METHODS,
     TABLE_COLUMNS,
     confirmed_emergence,
     detect,
@@ -79,7 +80,7 @@ def test_breakpoint_recovers_the_onset(x1, width):
     check_recovery("breakpoint", ramp(x1, width), x1)
 
 
-@pytest.mark.parametrize("method", ["breakpoint", "sigmoid"])
+@pytest.mark.parametrize("method", METHODS)
 def test_wrong_point_lies_outside_the_interval(method):
     # Guards against intervals so wide that the recovery tests cannot fail.
     result = detect(
@@ -93,7 +94,7 @@ def test_wrong_point_lies_outside_the_interval(method):
     assert not lo <= 5.9 <= hi
 
 
-@pytest.mark.parametrize("method", ["breakpoint", "sigmoid"])
+@pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_flat_noise_does_not_emerge(method, seed):
     result = detect(TOKENS, noisy(np.full(len(X), 0.05), seed), method=method, min_rise=MIN_RISE)
@@ -104,7 +105,7 @@ def test_flat_noise_does_not_emerge(method, seed):
     assert result["method"] == method
 
 
-@pytest.mark.parametrize("method", ["breakpoint", "sigmoid"])
+@pytest.mark.parametrize("method", METHODS)
 def test_jump_at_the_last_checkpoint_is_not_a_transition(method):
     # Our rule: a rise seen at one checkpoint only is indistinguishable from noise.
     y = noisy(np.full(len(X), 0.05))
@@ -134,7 +135,7 @@ def test_sigmoid_midpoint_beyond_the_budget_is_not_emerged():
     assert "end of the budget" in result["reason"]
 
 
-@pytest.mark.parametrize("method", ["breakpoint", "sigmoid"])
+@pytest.mark.parametrize("method", METHODS)
 def test_rise_from_the_first_checkpoint_is_left_censored(method):
     result = detect(TOKENS, noisy(ramp(4.6, 0.6)), method=method, min_rise=MIN_RISE)
     assert result["emerged"] is False
@@ -223,7 +224,7 @@ def test_emergence_table_one_row_per_run_in_tokens_and_updates():
     assert table.loc[2, "reason"] != "" and (table.loc[:1, "reason"] == "").all()
 
 
-@pytest.mark.parametrize("method", ["breakpoint", "sigmoid"])
+@pytest.mark.parametrize("method", METHODS)
 def test_run_point_is_the_tables_point(method):
     # run_point is the one path from a run's table to its point (the run figure uses it too):
     # unsorted rows and an init checkpoint at 0 tokens give the table's row exactly.
@@ -298,7 +299,7 @@ def test_emergence_table_of_old_probe_tables_counts_runs_as_completed():
     assert math.isnan(table.loc[0, "budget"]) and pd.isna(table.loc[0, "predicted_within"])
 
 
-@pytest.mark.parametrize("method", ["breakpoint", "sigmoid"])
+@pytest.mark.parametrize("method", METHODS)
 def test_early_stop_waits_for_a_confirmed_point_and_the_margin(method):
     """Fed the checkpoints one at a time, the rule stops once the point holds at two
     checkpoints and the margin past its interval is trained, never before; the point found on
@@ -334,3 +335,68 @@ def test_early_stop_never_fires_without_a_transition_and_waits_for_a_larger_marg
 
     assert first_stop(0.0) < first_stop(0.5)
     assert first_stop(3.0) is None  # the budget ends before 3 decades past the point
+
+
+# --------------------------------------------------------------------------------------------
+# The crossing rule: where the sustained rise first reaches min_rise
+
+
+@pytest.mark.parametrize("x1", [5.9, 6.05, 6.2, 6.4])
+def test_crossing_of_a_noise_free_ramp_is_exact(x1):
+    # Flat at 0.05, then 0.6 per decade: baseline + min_rise is reached exactly 1/6 decade after
+    # x1. On a monotone series the running median is the series itself, and with both
+    # checkpoints around the crossing on the ramp the interpolation is exact.
+    truth = x1 + MIN_RISE / 0.6
+    result = detect(TOKENS, ramp(x1), method="crossing", min_rise=MIN_RISE)
+    point, lo, hi = log_point(result)
+    assert point == pytest.approx(truth, abs=1e-9)
+    i = np.searchsorted(X, truth)
+    assert (lo, hi) == pytest.approx((X[i - 1], X[i]), abs=1e-9)  # the gap around the crossing
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_crossing_brackets_a_step_in_its_checkpoint_gap(seed):
+    # A step between checkpoints 11 and 12 under noise: the interval is exactly that gap.
+    y = noisy(np.where(np.arange(len(X)) >= 12, 0.35, 0.05), seed)
+    result = detect(TOKENS, y, method="crossing", min_rise=MIN_RISE)
+    point, lo, hi = log_point(result)
+    assert result["emerged"] and (lo, hi) == pytest.approx((X[11], X[12]))
+    assert lo <= point <= hi
+
+
+def test_crossing_takes_the_first_of_two_stages_where_the_fits_take_the_larger():
+    # Measured on the default study's text runs: max PS steps up weakly (0.03 to 0.12), then,
+    # in some runs only, strongly (to 0.6) much later. Crossing dates the first step in every
+    # run; the sigmoid and the ramp follow the larger step, so they date whichever stage a run
+    # reached within its training.
+    i = np.arange(len(X))
+    y = noisy(0.03 + 0.09 * (i >= 6) + 0.5 * (i >= 20), 7)
+    crossing = detect(TOKENS, y, method="crossing", min_rise=0.05)
+    _, lo, hi = log_point(crossing)
+    assert (lo, hi) == pytest.approx((X[5], X[6]))
+    for method in ("sigmoid", "breakpoint"):
+        point, _, _ = log_point(detect(TOKENS, y, method=method, min_rise=0.05))
+        assert X[18] <= point <= X[20], method
+    # Without the second stage all three date the first one.
+    first_only = detect(TOKENS[:15], y[:15], method="sigmoid", min_rise=0.05)
+    assert X[5] <= math.log10(first_only["tokens_pt"]) <= X[6]
+
+
+def test_crossing_needs_a_rise_held_to_the_end():
+    # A bump that falls back does not count; a later rise that holds does.
+    i = np.arange(len(X))
+    y = 0.05 + 0.3 * ((i >= 5) & (i < 9)) + 0.2 * (i >= 16)
+    result = detect(TOKENS, y, method="crossing", min_rise=MIN_RISE)
+    _, lo, hi = log_point(result)
+    assert (lo, hi) == pytest.approx((X[15], X[16]))
+    assert not detect(TOKENS[:14], y[:14], method="crossing", min_rise=MIN_RISE)["emerged"]
+
+
+def test_crossing_and_the_rise_agree_on_whether_a_run_emerged():
+    # The crossing exists exactly when the sustained rise reaches min_rise (no fit can fail).
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        y = np.cumsum(rng.normal(0.0, 0.03, len(X)))
+        rise = sustained_rise(y)
+        result = detect(TOKENS, y, method="crossing", min_rise=MIN_RISE)
+        assert result["emerged"] == (rise >= MIN_RISE), result["reason"]
