@@ -209,9 +209,14 @@ def sustained_rise(values) -> float:
     y = np.asarray(values, dtype=float)
     if len(y) < 3:
         return math.nan
-    med = np.median(np.lib.stride_tricks.sliding_window_view(y, 3), axis=1)
+    med = _running_median(y)
     held = np.minimum.accumulate(med[::-1])[::-1]  # lowest value from t to the end
     return float(np.max(held - np.minimum.accumulate(med)))
+
+
+def _running_median(y: np.ndarray) -> np.ndarray:
+    """Median of checkpoints i - 1, i, i + 1 for i = 1 .. n - 2."""
+    return np.median(np.lib.stride_tricks.sliding_window_view(y, 3), axis=1)
 
 
 def run_point(run: pd.DataFrame, spec: dict) -> dict:
@@ -387,8 +392,7 @@ def _first_crossing(x: np.ndarray, y: np.ndarray, min_rise: float) -> dict:
     ``min_rise``. The median there is at or above baseline + min_rise and the one before it is
     below (a new lowest value cannot be min_rise above itself), so the crossing of that level is
     interpolated linearly in log tokens between the two, and the interval is their gap."""
-    xm = x[1:-1]  # the median of checkpoints i - 1, i, i + 1 sits at checkpoint i
-    med = np.median(np.lib.stride_tricks.sliding_window_view(y, 3), axis=1)
+    xm, med = x[1:-1], _running_median(y)  # the median of i - 1, i, i + 1 sits at checkpoint i
     low_before = np.minimum.accumulate(med)
     low_after = np.minimum.accumulate(med[::-1])[::-1]
     held = np.flatnonzero(low_after - low_before >= min_rise)
