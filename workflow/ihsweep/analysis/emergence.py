@@ -163,10 +163,12 @@ def detect(tokens, values, method: str, min_rise: float) -> dict:
     rise = sustained_rise(y)
     if not rise >= min_rise:
         return _no_transition(method, rise, _small_rise_reason(y, rise, min_rise))
-    if method == "crossing":
-        fit = _first_crossing(x, y, min_rise)
+    if method == "breakpoint":
+        fit = _fit_ramp(x, y)
+    elif method == "sigmoid":
+        fit = _fit_sigmoid(x, y)
     else:
-        fit = _fit_ramp(x, y) if method == "breakpoint" else _fit_sigmoid(x, y)
+        fit = _first_crossing(x, y, min_rise)
     if fit.get("failed"):
         return _no_transition(method, rise, fit["failed"])
     point = fit["x"]
@@ -209,14 +211,18 @@ def sustained_rise(values) -> float:
     y = np.asarray(values, dtype=float)
     if len(y) < 3:
         return math.nan
-    med = _running_median(y)
-    held = np.minimum.accumulate(med[::-1])[::-1]  # lowest value from t to the end
-    return float(np.max(held - np.minimum.accumulate(med)))
+    return float(np.max(_held_gains(y)[2]))
 
 
-def _running_median(y: np.ndarray) -> np.ndarray:
-    """Median of checkpoints i - 1, i, i + 1 for i = 1 .. n - 2."""
-    return np.median(np.lib.stride_tricks.sliding_window_view(y, 3), axis=1)
+def _held_gains(y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The running median of checkpoints i - 1, i, i + 1 (i = 1 .. n - 2), its lowest value up
+    to each i, and how far its lowest value from i to the end lies above that: the rise held
+    from i on, whose maximum is ``sustained_rise`` and whose first reach of min_rise is the
+    crossing."""
+    med = np.median(np.lib.stride_tricks.sliding_window_view(y, 3), axis=1)
+    low_before = np.minimum.accumulate(med)
+    low_after = np.minimum.accumulate(med[::-1])[::-1]
+    return med, low_before, low_after - low_before
 
 
 def run_point(run: pd.DataFrame, spec: dict) -> dict:
@@ -391,14 +397,11 @@ def _first_crossing(x: np.ndarray, y: np.ndarray, min_rise: float) -> dict:
     far, to the end of the series: the first checkpoint at which ``sustained_rise`` reaches
     ``min_rise``. The median there is at or above baseline + min_rise and the one before it is
     below (a new lowest value cannot be min_rise above itself), so the crossing of that level is
-    interpolated linearly in log tokens between the two, and the interval is their gap."""
-    xm, med = x[1:-1], _running_median(y)  # the median of i - 1, i, i + 1 sits at checkpoint i
-    low_before = np.minimum.accumulate(med)
-    low_after = np.minimum.accumulate(med[::-1])[::-1]
-    held = np.flatnonzero(low_after - low_before >= min_rise)
-    if len(held) == 0:  # detect checks the rise first; kept for direct callers
-        return {"failed": "the running median never holds min_rise above its baseline"}
-    j = int(held[0])
+    interpolated linearly in log tokens between the two, and the interval is their gap. Called
+    only once ``sustained_rise`` has reached min_rise, so such a checkpoint exists."""
+    med, low_before, gains = _held_gains(y)
+    xm = x[1:-1]  # the median of checkpoints i - 1, i, i + 1 sits at checkpoint i
+    j = int(np.flatnonzero(gains >= min_rise)[0])
     if j < MIN_BEFORE:  # a baseline seen at one running median may already be on the rise
         return {
             "failed": f"transition at the start of the budget: {j} running median(s) before the"
