@@ -401,7 +401,7 @@ def test_defaults_are_filled_in(monkeypatch):
     config = merged("{}")
     study = prepare(config)
     assert config["probe"] == {"n_sequences": 100, "max_half_length": 50, "seed": 1234}
-    assert config["emergence"] == {"metric": "ps_max", "method": "breakpoint", "min_rise": 0.1}
+    assert config["emergence"] == {"metric": "ps_max", "method": "crossing", "min_rise": 0.1}
     assert config["lawfit"] == {"bootstrap": 1000, "seed": 0, "model": None}
     assert config["training"]["lr"] == 0.001  # given values stay
     assert config["training"]["warmup_fraction"] == 0.01
@@ -717,7 +717,7 @@ def schema_defaults(section: str) -> dict:
 
 def test_emergence_defaults_are_the_schemas():
     defaults = schema_defaults("emergence")
-    assert defaults == {"metric": "ps_max", "method": "breakpoint", "min_rise": 0.1}
+    assert defaults == {"metric": "ps_max", "method": "crossing", "min_rise": 0.1}
     assert complete("emergence", {}) == complete("emergence") == defaults
     assert complete("emergence", {"min_rise": 0.2}) == {**defaults, "min_rise": 0.2}
     assert prepare(merged("{}")).config["emergence"] == defaults

@@ -191,7 +191,7 @@ def test_emergence_table_has_one_row_per_run(study):
             run.context_size,
             run.model,
         )
-    assert set(table["metric"]) == {"ps_max"} and set(table["method"]) == {"breakpoint"}
+    assert set(table["metric"]) == {"ps_max"} and set(table["method"]) == {"crossing"}
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ happened within the budget. The paper publishes no such rule; we offer three, ch
 (``emergence.method``): two fits of one rise (``breakpoint``, ``sigmoid``) and a model-free
 level crossing (``crossing``).
 
-``breakpoint`` (default): a continuous piecewise-linear "ramp",
+``breakpoint``: a continuous piecewise-linear "ramp",
 
     y = lo + s * (clip(x, x1, x2) - x1),   s > 0,  x1 < x2,
 
@@ -43,7 +43,7 @@ checkpoint lies on the slope, x0 is only known to be inside that gap, and the in
 gap between the checkpoints either side of x0. On synthetic logistic curves with noise sd 0.02
 the interval covered the true midpoint in 90-98% of noise draws.
 
-``crossing``: where the 3-checkpoint running median first holds ``min_rise`` above its lowest
+``crossing`` (default): where the 3-checkpoint running median first holds ``min_rise`` above its lowest
 value so far, and keeps it to the end of the series: the first checkpoint at which the model-free
 rise (``sustained_rise``, below) reaches ``min_rise``. The level baseline + min_rise is crossed
 between that running median and the one before it; the point interpolates the crossing linearly
