@@ -154,6 +154,11 @@ runs: [{data: semi, model: tiny, batch_size: 8, context_size: 32}]
 
 DIRECT_CASES = [
     (
+        "probe-min-layer-beyond-the-model",
+        "probe: {min_layer: 2}",
+        ["probe.min_layer: 2 leaves no heads in models.tiny (2 layers", "probe.min_layer: 1"],
+    ),
+    (
         "lawfit-unknown-model",
         "lawfit: {model: w99}",
         ["lawfit.model: 'w99' is not a model", "tiny"],
@@ -400,7 +405,12 @@ def test_defaults_are_filled_in(monkeypatch):
     monkeypatch.chdir(REPO)
     config = merged("{}")
     study = prepare(config)
-    assert config["probe"] == {"n_sequences": 100, "max_half_length": 50, "seed": 1234}
+    assert config["probe"] == {
+        "n_sequences": 100,
+        "max_half_length": 50,
+        "seed": 1234,
+        "min_layer": 1,
+    }
     assert config["emergence"] == {"metric": "ps_max", "method": "crossing", "min_rise": 0.1}
     assert config["lawfit"] == {"bootstrap": 1000, "seed": 0, "model": None}
     assert config["training"]["lr"] == 0.001  # given values stay

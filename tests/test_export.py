@@ -32,7 +32,7 @@ from ihsweep.training.loop import train  # noqa: E402
 from ihsweep.training.model import GPT, GPTConfig  # noqa: E402
 from test_train import CPU, C, V, make_dataset, make_spec  # noqa: E402
 
-PROBE = {"n_sequences": 20, "max_half_length": 50, "seed": 1234}
+PROBE = {"n_sequences": 20, "max_half_length": 50, "seed": 1234, "min_layer": 1}
 
 
 @pytest.fixture(scope="module")

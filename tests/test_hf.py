@@ -25,7 +25,7 @@ from test_probes import reference_ar, reference_head  # noqa: E402
 
 V = 100  # the tokenizer's vocabulary; GPT-NeoX's embedding is padded to 128 rows beyond it
 C = 40  # context size: probe half-length s = 20
-PROBE = {"n_sequences": 6, "max_half_length": 50, "seed": 1234}
+PROBE = {"n_sequences": 6, "max_half_length": 50, "seed": 1234, "min_layer": 1}
 REVISIONS = ["step0", "step1", "step2"]
 
 

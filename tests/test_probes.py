@@ -72,7 +72,7 @@ def test_probe_model_uniform_attention_gives_closed_form_ps():
     batch = make_probe_batch(
         50, context_size=20, n_sequences=3, max_half_length=50, seed=1234
     )  # s = 10
-    heads, summary = probe_model(model, batch)
+    heads, summary = probe_model(model, batch, min_layer=0)
 
     assert model.training, "probe_model must restore the model's training mode"
     assert list(heads.columns) == ["layer", "head", "ps", "la"]
@@ -92,8 +92,64 @@ def test_ps_la_corr_is_nan_when_ps_is_constant():
     _, summary = probe_model(
         uniform_attention_gpt(),
         make_probe_batch(50, 20, n_sequences=2, max_half_length=50, seed=1234),
+        min_layer=0,
     )
     assert math.isnan(summary["ps_la_corr"])
+
+
+def positional_gpt(s: int) -> GPT:
+    """A 2-layer model that never sees a token: zero token embeddings, one-hot positions, a
+    layer-0 head that attends from position p to p - s + 1 by position alone, and a layer-1
+    head with uniform attention."""
+    C = 2 * s
+    model = GPT(GPTConfig(vocab_size=50, n_ctx=C, n_layer=2, n_head=1, d_model=32, mlp=False))
+    d = model.cfg.d_model
+    with torch.no_grad():
+        model.wte.weight.zero_()
+        model.wpe.weight.copy_(torch.eye(C, d))
+        for block in model.blocks:
+            block.attn.qkv.weight.zero_()
+            block.attn.qkv.bias.zero_()
+        shift = torch.zeros(d, d)  # query at p looks for the key of position p - (s - 1)
+        for p in range(s - 1, C):
+            shift[p - (s - 1), p] = 1.0
+        model.blocks[0].attn.qkv.weight[:d] = 20.0 * shift
+        model.blocks[0].attn.qkv.weight[d : 2 * d] = torch.eye(d)
+    return model
+
+
+def test_a_layer_0_head_scores_prefix_matching_by_position_alone():
+    # The probe's period is fixed, so a head that looks back s - 1 positions scores PS ~ 1
+    # without reading a single token; min_layer = 1 leaves it out of ps_max.
+    s = 10
+    model = positional_gpt(s)
+    batch = make_probe_batch(50, 2 * s, n_sequences=5, max_half_length=50, seed=1234)
+    heads, every_head = probe_model(model, batch, min_layer=0)
+    _, from_layer_1 = probe_model(model, batch, min_layer=1)
+    shuffled = batch[torch.randperm(batch.shape[0])]
+    shuffled[:, :s] = torch.randint(0, 50, (batch.shape[0], s))  # other tokens, same positions
+
+    assert heads["ps"].iloc[0] > 0.99  # layer 0
+    assert every_head["ps_max"] > 0.99
+    assert from_layer_1["ps_max"] == pytest.approx(uniform_causal_ps(s), abs=1e-6)
+    with torch.no_grad():  # the model's output does not depend on the tokens at all
+        torch.testing.assert_close(model(batch), model(shuffled), rtol=0, atol=0)
+
+
+@torch.no_grad()
+def test_min_layer_takes_the_maxima_over_later_layers_only():
+    model = random_gpt()
+    batch = make_probe_batch(50, context_size=20, n_sequences=7, max_half_length=50, seed=1234)
+    heads, summary = probe_model(model, batch, min_layer=1)
+    ps, la = reference_ps_la(model, batch)
+    later = (heads["layer"] >= 1).to_numpy()
+
+    # Layer 0 holds both maxima over every head, so the filter matters.
+    assert ps[~later].max() > ps[later].max() and la[~later].max() > la[later].max()
+    assert summary["ps_max"] == pytest.approx(ps[later].max(), abs=1e-6)
+    assert summary["la_max"] == pytest.approx(la[later].max(), abs=1e-6)
+    with pytest.raises(ValueError, match="min_layer = 2 leaves no heads in a 2-layer model"):
+        probe_model(model, batch, min_layer=2)
 
 
 # --- logit attribution ----------------------------------------------------------------------
@@ -278,7 +334,7 @@ def test_probe_path_gives_the_training_paths_logits(mlp, dtype):
 def test_probes_match_literal_reference_on_random_gpt():
     model = random_gpt()
     batch = make_probe_batch(50, context_size=20, n_sequences=7, max_half_length=50, seed=1234)
-    heads, summary = probe_model(model, batch)
+    heads, summary = probe_model(model, batch, min_layer=0)
     ps, la = reference_ps_la(model, batch)
     acc, rank = reference_ar(model(batch), batch)
 
@@ -307,8 +363,10 @@ def test_associative_recall_matches_literal_reference_with_many_ties():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_probe_model_on_cuda_matches_cpu():
     batch = make_probe_batch(50, context_size=20, n_sequences=7, max_half_length=50, seed=1234)
-    heads_cpu, summary_cpu = probe_model(random_gpt(), batch)
-    heads_gpu, summary_gpu = probe_model(random_gpt().cuda(), batch)  # batch stays on CPU
+    heads_cpu, summary_cpu = probe_model(random_gpt(), batch, min_layer=0)
+    heads_gpu, summary_gpu = probe_model(
+        random_gpt().cuda(), batch, min_layer=0
+    )  # batch stays on CPU
     np.testing.assert_allclose(heads_gpu[["ps", "la"]], heads_cpu[["ps", "la"]], atol=1e-4)
     assert summary_gpu["ar_rank"] == pytest.approx(summary_cpu["ar_rank"], abs=0.05)
 
@@ -359,4 +417,4 @@ def test_probe_model_rejects_a_batch_that_is_not_repeated():
     batch = make_probe_batch(50, 20, n_sequences=2, max_half_length=50, seed=1234)
     batch[0, -1] = (batch[0, -1] + 1) % 50
     with pytest.raises(ValueError, match="repeated"):
-        probe_model(model, batch)
+        probe_model(model, batch, min_layer=0)

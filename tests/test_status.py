@@ -24,6 +24,7 @@ from ihsweep.training.loop import read_progress, write_progress
 
 CONFIG = """
 models: {m: {n_layer: 1, n_head: 1, d_model: 8, mlp: false, n_ctx: 64}}
+probe: {min_layer: 0}
 datasets: {t: {family: natural, corpus: {source: kjv}, tokenizer: {kind: bpe, vocab_size: 300}}}
 runs: [{data: t, model: m, batch_size: [1, 2, 4, 8, 16, 32, 64], context_size: 10}]
 training: {tokens: 640000}

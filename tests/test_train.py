@@ -99,7 +99,8 @@ def toy_config(
     batch: int, checkpoint_tokens: list[int], mlp: bool, seed: int = 0, model=None, **training
 ):
     """A one-run study of the toy model (``model`` overrides its keys) on the toy dataset (its
-    `training` section given)."""
+    `training` section given). The probes count every head (``probe.min_layer: 0``): these
+    tests are about training, and the toy models include a one-layer one."""
     toy = {"n_layer": 2, "n_head": 2, "d_model": 32, "mlp": mlp, "n_ctx": C, **(model or {})}
     return {
         "models": {"toy": toy},
@@ -115,6 +116,7 @@ def toy_config(
         ],
         "training": training,
         "checkpoints": {"tokens": checkpoint_tokens},
+        "probe": {"min_layer": 0},
     }
 
 

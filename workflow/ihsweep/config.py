@@ -1065,6 +1065,14 @@ def _check_markov_fits(config: dict, dataset: dict, run: Run, index: int) -> Non
 
 
 def _check_probe_fits(config: dict, dataset: dict, run: Run, index: int) -> None:
+    min_layer = config["probe"]["min_layer"]
+    n_layer = config["models"][run.model]["n_layer"]
+    if min_layer >= n_layer:
+        raise ConfigError(
+            f"probe.min_layer: {min_layer} leaves no heads in models.{run.model} "
+            f"({n_layer} layer{'s' if n_layer > 1 else ''}, runs[{index}]); use probe.min_layer: "
+            f"{n_layer - 1} or give the model more layers"
+        )
     C = run.context_size
     cap = config["probe"]["max_half_length"]
     s = min(cap, C // 2)

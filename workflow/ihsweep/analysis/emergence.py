@@ -43,22 +43,22 @@ checkpoint lies on the slope, x0 is only known to be inside that gap, and the in
 gap between the checkpoints either side of x0. On synthetic logistic curves with noise sd 0.02
 the interval covered the true midpoint in 90-98% of noise draws.
 
-``crossing`` (default): where the 3-checkpoint running median first holds ``min_rise`` above its lowest
-value so far, and keeps it to the end of the series: the first checkpoint at which the model-free
-rise (``sustained_rise``, below) reaches ``min_rise``. The level baseline + min_rise is crossed
-between that running median and the one before it; the point interpolates the crossing linearly
-in log tokens and the interval is the gap between the two. So a run emerges under this rule
-exactly when its rise reaches min_rise (no fit can fail), and the point is where it got there.
-On a noise-free ramp the point is exact, and a step under noise is bracketed by its checkpoint
-gap (tests). Why a third rule: on our text runs max PS rises in two stages, a weak step (0.03 to
-0.1 at C 64, AR accuracy ~1%) and, in some runs only, a strong one (to 0.5-0.7, AR 10-40%)
-millions of tokens later. Both fits follow the larger step, so they date whichever stage a run
-reached within its training, and early stopping decides which; the crossing dates the first stage
-in every run. Its interval is the checkpoint gap, which understates the uncertainty of a slow
-rise, where noise can move the crossing by more than one gap. The running median delays nothing
-on a monotone step and ignores a one-checkpoint spike. Like the fits, it needs a baseline seen
-before the rise: at least ``MIN_BEFORE`` running medians below the level (three checkpoints
-before the point); the two checkpoints after it hold by construction.
+``crossing`` (default): where the 3-checkpoint running median first holds ``min_rise`` above its
+lowest value so far, and keeps it to the end of the series: the first checkpoint at which the
+model-free rise (``sustained_rise``, below) reaches ``min_rise``. The level baseline + min_rise is
+crossed between that running median and the one before it; the point interpolates the crossing
+linearly in log tokens and the interval is the gap between the two. So a run emerges under this
+rule exactly when its rise reaches min_rise (no fit can fail), and the point is where it got there.
+On a noise-free ramp the point is exact, and a step under noise is bracketed by its checkpoint gap
+(tests). Why a third rule: on our text runs max PS rises in two stages, a weak step (0.03 to 0.1 at
+C 64, AR accuracy ~1%) and, in some runs only, a strong one (to 0.5-0.7, AR 10-40%) millions of
+tokens later. Both fits follow the larger step, so they date whichever stage a run reached within
+its training, and early stopping decides which; the crossing dates the first stage in every run.
+Its interval is the checkpoint gap, which understates the uncertainty of a slow rise, where noise
+can move the crossing by more than one gap. The running median delays nothing on a monotone step
+and ignores a one-checkpoint spike. Like the fits, it needs a baseline seen before the rise: at
+least ``MIN_BEFORE`` running medians below the level (three checkpoints before the point); the two
+checkpoints after it hold by construction.
 
 The fitted points measure different things: the onset comes before the midpoint by about half the
 transition's width in log-tokens. Fitted law exponents are unchanged by that offset only when it

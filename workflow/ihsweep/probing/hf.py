@@ -156,8 +156,8 @@ def probe_hf(
         vocab_size: the real vocabulary size (the tokenizer's, not the padded embedding's rows);
             the probe batch is drawn from it and AR ranks over it.
         context_size: the context size C that sets the probe half-length ``min(50, C // 2)``.
-        probe: the probe settings (``n_sequences``, ``max_half_length``, ``seed``), as in a
-            study's ``probe`` section.
+        probe: the probe settings (``n_sequences``, ``max_half_length``, ``seed``,
+            ``min_layer``), as in a study's ``probe`` section.
     """
     if not isinstance(model, HFProbeModel):
         model = HFProbeModel(model, vocab_size)
@@ -166,7 +166,7 @@ def probe_hf(
     batch = make_probe_batch(
         vocab_size, context_size, probe["n_sequences"], probe["max_half_length"], probe["seed"]
     )
-    return probe_model(model, batch)
+    return probe_model(model, batch, min_layer=probe["min_layer"])
 
 
 def load_revision(

@@ -71,7 +71,7 @@ def probe_checkpoint(ckpt: dict, probe: dict, device: torch.device) -> pd.DataFr
         probe["max_half_length"],
         probe["seed"],
     )
-    heads, summary = probe_model(model, batch)
+    heads, summary = probe_model(model, batch, min_layer=probe["min_layer"])
     heads = heads.assign(
         **{c: spec[c] for c in RUN_COLUMNS if c != "run_id"},
         run_id=spec["run_id"],
