@@ -50,14 +50,14 @@ crossed between that running median and the one before it; the point interpolate
 linearly in log tokens and the interval is the gap between the two. So a run emerges under this
 rule exactly when its rise reaches min_rise (no fit can fail), and the point is where it got there.
 On a noise-free ramp the point is exact, and a step under noise is bracketed by its checkpoint gap
-(tests). Why a third rule: on our text runs max PS rises in two stages, a weak step (0.03 to 0.1 at
-C 64, AR accuracy ~1%) and, in some runs only, a strong one (to 0.5-0.7, AR 10-40%) millions of
-tokens later. Both fits follow the larger step, so they date whichever stage a run reached within
-its training, and early stopping decides which; the crossing dates the first stage in every run.
-Its interval is the checkpoint gap, which understates the uncertainty of a slow rise, where noise
-can move the crossing by more than one gap. The running median delays nothing on a monotone step
-and ignores a one-checkpoint spike. Like the fits, it needs a baseline seen before the rise: at
-least ``MIN_BEFORE`` running medians below the level (three checkpoints before the point); the two
+(tests). Why a third rule: it fits nothing, so no fit can fail, and where a series rises in two
+steps it dates the first, where both fits follow the larger. (Such two-step rises of max PS on our
+text turned out to be a layer-0 head looking back by position, then, later or never, the induction
+head; ``probe.min_layer`` leaves layer 0 out, ``ihsweep.probing.scores``.) Its interval is the
+checkpoint gap, which understates the uncertainty of a slow rise, where noise can move the crossing
+by more than one gap. The running median delays nothing on a monotone step and ignores a
+one-checkpoint spike. Like the fits, it needs a baseline seen before the rise: at least
+``MIN_BEFORE`` running medians below the level (three checkpoints before the point); the two
 checkpoints after it hold by construction.
 
 The fitted points measure different things: the onset comes before the midpoint by about half the
