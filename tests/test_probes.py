@@ -136,22 +136,6 @@ def test_a_layer_0_head_scores_prefix_matching_by_position_alone():
         torch.testing.assert_close(model(batch), model(shuffled), rtol=0, atol=0)
 
 
-@torch.no_grad()
-def test_min_layer_takes_the_maxima_over_later_layers_only():
-    model = random_gpt()
-    batch = make_probe_batch(50, context_size=20, n_sequences=7, max_half_length=50, seed=1234)
-    heads, summary = probe_model(model, batch, min_layer=1)
-    ps, la = reference_ps_la(model, batch)
-    later = (heads["layer"] >= 1).to_numpy()
-
-    # Layer 0 holds both maxima over every head, so the filter matters.
-    assert ps[~later].max() > ps[later].max() and la[~later].max() > la[later].max()
-    assert summary["ps_max"] == pytest.approx(ps[later].max(), abs=1e-6)
-    assert summary["la_max"] == pytest.approx(la[later].max(), abs=1e-6)
-    with pytest.raises(ValueError, match="min_layer = 2 leaves no heads in a 2-layer model"):
-        probe_model(model, batch, min_layer=2)
-
-
 # --- logit attribution ----------------------------------------------------------------------
 
 
@@ -346,6 +330,16 @@ def test_probes_match_literal_reference_on_random_gpt():
     assert summary["ps_max"] == pytest.approx(ps.max(), abs=1e-6)
     assert summary["la_max"] == pytest.approx(la.max(), abs=1e-6)
     assert summary["ps_la_corr"] == pytest.approx(np.corrcoef(ps, la)[0, 1], abs=1e-5)
+
+    # probe.min_layer = 1: the maxima over layer 1's heads only. Layer 0 holds both maxima over
+    # every head, so the filter matters.
+    _, later_summary = probe_model(model, batch, min_layer=1)
+    later = (heads["layer"] >= 1).to_numpy()
+    assert ps[~later].max() > ps[later].max() and la[~later].max() > la[later].max()
+    assert later_summary["ps_max"] == pytest.approx(ps[later].max(), abs=1e-6)
+    assert later_summary["la_max"] == pytest.approx(la[later].max(), abs=1e-6)
+    with pytest.raises(ValueError, match="min_layer = 2 leaves no heads in a 2-layer model"):
+        probe_model(model, batch, min_layer=2)
 
 
 def test_associative_recall_matches_literal_reference_with_many_ties():
