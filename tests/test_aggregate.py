@@ -130,12 +130,12 @@ def test_absent_and_partial_specs_take_the_schema_defaults(tmp_path):
     tables = write_tables(tmp_path)
     run_cli(tables, tmp_path / "defaults")  # neither --emergence nor --lawfit
     emergence = pd.read_csv(tmp_path / "defaults" / "emergence.csv")
-    assert (emergence["method"] == "breakpoint").all() and (emergence["metric"] == "ps_max").all()
+    assert (emergence["method"] == "crossing").all() and (emergence["metric"] == "ps_max").all()
     fit = json.loads((tmp_path / "defaults" / "lawfit.json").read_text())
     assert fit["n_boot"] == 1000 and fit["seed"] == 0
     run_cli(tables, tmp_path / "partial", "--emergence", '{"metric": "la_max"}')
     emergence = pd.read_csv(tmp_path / "partial" / "emergence.csv")
-    assert (emergence["method"] == "breakpoint").all() and (emergence["metric"] == "la_max").all()
+    assert (emergence["method"] == "crossing").all() and (emergence["metric"] == "la_max").all()
 
 
 def test_missing_arguments_exit_with_usage(capsys):
