@@ -358,9 +358,8 @@ def test_associative_recall_matches_literal_reference_with_many_ties():
 def test_probe_model_on_cuda_matches_cpu():
     batch = make_probe_batch(50, context_size=20, n_sequences=7, max_half_length=50, seed=1234)
     heads_cpu, summary_cpu = probe_model(random_gpt(), batch, min_layer=0)
-    heads_gpu, summary_gpu = probe_model(
-        random_gpt().cuda(), batch, min_layer=0
-    )  # batch stays on CPU
+    # The batch stays on the CPU: probe_model moves it to the model's device.
+    heads_gpu, summary_gpu = probe_model(random_gpt().cuda(), batch, min_layer=0)
     np.testing.assert_allclose(heads_gpu[["ps", "la"]], heads_cpu[["ps", "la"]], atol=1e-4)
     assert summary_gpu["ar_rank"] == pytest.approx(summary_cpu["ar_rank"], abs=0.05)
 
