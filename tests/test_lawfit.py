@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from ihsweep.analysis.lawfit import fit_law, fit_table, predict_updates
+from ihsweep.analysis.lawfit import QUANTITIES, fit_law, fit_table, predict_updates
 
 A, B_EXP, LOG10_T = 0.37, 0.62, 5.7
 BATCHES, CONTEXTS = [8, 16, 32, 64], [32, 64, 128, 256]
@@ -180,7 +180,8 @@ def test_predict_updates(fit):
 def test_fit_table_has_a_row_per_quantity_with_its_interval(fit):
     table = fit_table(fit)
     assert list(table.columns) == ["quantity", "estimate", "ci_low", "ci_high"]
-    assert list(table["quantity"]) == ["a", "b", "log10_T", "c", "r", "loo_rmse_log10", "n_runs"]
+    assert list(table["quantity"]) == list(QUANTITIES)
+    assert QUANTITIES[:5] == ("a", "b", "log10_T", "c", "r") and QUANTITIES[-1] == "n_runs"
     rows = table.set_index("quantity")
     for key in ("a", "b", "log10_T"):
         assert rows.loc[key, "estimate"] == fit[key]
@@ -243,3 +244,59 @@ def test_model_fits_the_law_on_one_size_and_the_size_term_on_every_size():
     assert every["model"] is None and every["n_runs"] == 18 and every["n_other_models"] == 0
     assert every["r"] < 0.99 and every["c"] == pytest.approx(0.5, abs=1e-9)
     json.dumps(one, allow_nan=False)
+
+
+def seeded_table(offsets, noise=0.0, seed=0, curvature=0.0):
+    """``law_table`` once per seed, seed k's log10 U_pt shifted by ``offsets[k]``; ``curvature``
+    adds an interaction of log B and log C that the law's form cannot fit: ``curvature`` decades
+    at the grid's corners (+ at two, - at the other two), zero on average."""
+    tables = []
+    for k, offset in enumerate(offsets):
+        t = law_table(seed=seed * 100 + k, noise=noise)
+        u, v = (np.log2(t[col] / t[col].min()) / 1.5 - 1 for col in ("batch_size", "context_size"))
+        bend = curvature * u * v
+        t["updates_pt"] = t["updates_pt"] * 10.0 ** (offset + bend)
+        tables.append(t.assign(seed=k, run_id=t["run_id"] + f"_s{k}"))
+    return pd.concat(tables, ignore_index=True)
+
+
+def test_seed_noise_around_an_exact_law_is_the_whole_residual():
+    # Two seeds per cell, +d and -d around the exact law: the cell means lie on the law, so the
+    # law explains every cell (r_cells = 1, lack of fit 0) and the runs' spread is all seed noise.
+    d = 0.1
+    fit = fit_law(seeded_table([d, -d]), n_boot=50, seed=0)
+    assert fit["n_runs"] == 32 and fit["n_cells"] == 16
+    assert fit["a"] == pytest.approx(A) and fit["b"] == pytest.approx(B_EXP)
+    assert fit["r_cells"] == pytest.approx(1.0, abs=1e-12)
+    assert fit["seed_sd_log10"] == pytest.approx(d * math.sqrt(32 / 16))  # 32 d^2 on 16 df
+    y = np.log10(seeded_table([d, -d])["updates_pt"].to_numpy())
+    ss_total = np.sum((y - y.mean()) ** 2)
+    assert fit["r_ceiling"] == pytest.approx(math.sqrt(1 - 32 * d**2 / ss_total))
+    assert fit["r"] == pytest.approx(fit["r_ceiling"])  # the law is as good as any can be
+    assert fit["lack_of_fit_F"] == pytest.approx(0.0, abs=1e-9)
+    assert fit["lack_of_fit_p"] == pytest.approx(1.0) and fit["lack_of_fit_df"] == [13, 16]
+    json.dumps(fit, allow_nan=False)
+
+
+def test_lack_of_fit_test_holds_its_level_and_detects_a_wrong_form():
+    # Under the law with lognormal seed noise, p < 0.05 in about 5% of tables; with a cell
+    # effect the law cannot express (0.15 decades at the grid's corners, three times the
+    # noise), p is small in nearly every table.
+    true = [fit_law(seeded_table([0, 0], noise=0.05, seed=s), n_boot=2, seed=0) for s in range(200)]
+    rejected = np.mean([f["lack_of_fit_p"] < 0.05 for f in true])
+    assert 0.015 <= rejected <= 0.10, rejected
+    assert all(f["r_ceiling"] >= f["r"] for f in true)
+    bent = [
+        fit_law(seeded_table([0, 0], noise=0.05, seed=s, curvature=0.15), n_boot=2, seed=0)
+        for s in range(20)
+    ]
+    assert np.mean([f["lack_of_fit_p"] < 0.05 for f in bent]) >= 0.9
+
+
+def test_one_run_per_cell_leaves_seed_noise_unmeasured(fit):
+    assert fit["n_cells"] == 16 and "one emerged run per (B, C) cell" in fit["seed_note"]
+    for key in ("seed_sd_log10", "r_cells", "r_ceiling", "lack_of_fit_F", "lack_of_fit_p"):
+        assert fit[key] is None
+    three = fit_law(seeded_table([0.1, -0.1]).query("context_size == 32 or batch_size == 8"),
+                    n_boot=20, seed=0)  # fmt: skip
+    assert three["n_cells"] == 7 and three["lack_of_fit_p"] is not None

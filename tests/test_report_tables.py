@@ -14,7 +14,7 @@ import yaml
 from docutils.core import publish_parts
 from ihsweep import layout
 from ihsweep.analysis import frontier
-from ihsweep.analysis.lawfit import fit_law, fit_table
+from ihsweep.analysis.lawfit import QUANTITIES, fit_law, fit_table
 from ihsweep.analysis.markov import SETTING_KEYS, setting_cells
 from ihsweep.config import prepare
 from ihsweep.report import findings
@@ -67,10 +67,11 @@ def test_law_fit_page_has_a_row_per_quantity_with_its_interval():
     fit = {"a": 1.19887, "a_ci": [0.19216, 1.76716], "b": 0.5, "b_ci": [-0.1, 1.1]}
     fit |= {"log10_T": 5.4, "log10_T_ci": [4.4, 6.6], "c": None, "r": 0.864, "n_runs": 9}
     rows = cells(law_fit(fit_table(fit)))
-    assert [r[0] for r in rows] == ["a", "b", "log10_T", "c", "r", "loo_rmse_log10", "n_runs"]
+    assert [r[0] for r in rows] == list(QUANTITIES)
     assert rows[0][2:] == ["1.2", "[0.192, 1.77]"]
     assert rows[3][2:] == ["", ""]  # not fitted: empty, not "nan"
-    assert rows[6][2:] == ["9", ""]
+    assert rows[5][2:] == ["", ""]  # r_cells of an older lawfit.json: empty too
+    assert rows[-1][2:] == ["9", ""]
 
 
 def test_markov_emergence_page_shows_requested_and_measured_statistics():
@@ -167,7 +168,7 @@ def test_law_fit_page_says_what_the_fit_left_out():
         "Fitted on 5 of 8 runs; left out: 1 without a transition within the budget, 2 diverged"
         " (d/m/B16-C8-s0, d/m/B64-C8-s0)."
     ) in page
-    assert len(cells(page)) == 7  # the table itself is unchanged
+    assert len(cells(page)) == len(QUANTITIES)  # the table itself is unchanged
     assert "left out" not in law_fit(fit_table(fit))  # without the fit: the table alone
 
 
@@ -264,6 +265,27 @@ def test_front_page_states_the_fitted_law_beside_the_papers(tmp_path):
     ]
     assert text.endswith("Details: lawfit.html, law_fit.png.")
     assert "`lawfit.html`_" in rst and "`law_fit.png`_" in rst  # links to the detailed pages
+
+
+def test_front_page_says_how_much_of_the_scatter_is_seed_noise(tmp_path):
+    runs = natural_runs()
+    noise = {"n_cells": 12, "seed_sd_log10": 0.2204, "r_ceiling": 0.9141, "r_cells": 0.8356}
+    fit = known_fit(runs, **noise, lack_of_fit_F=2.037, lack_of_fit_p=0.1248)
+    text = rendered(write_findings(natural_folder(tmp_path, runs, fit), "natural"))
+    assert (
+        "Runs of one (B, C) cell differ by 0.22 decades (standard deviation), so no law of B and"
+        " C could reach r above 0.914 on these runs; over the 12 cells' mean log updates the law"
+        " gives r = 0.836. The law misses the cells' means by no more than the seeds scatter"
+        " (lack-of-fit F = 2.04, p = 0.125). Details:"
+    ) in text
+    fit |= {"lack_of_fit_F": 9.5, "lack_of_fit_p": 0.0004}
+    (tmp_path / "natural" / "lawfit.json").write_text(json.dumps(fit))
+    text = rendered(write_findings(tmp_path / "natural", "natural"))
+    assert "by more than the seeds scatter (lack-of-fit F = 9.5, p = 0.0004)." in text
+    fit |= {"lack_of_fit_F": None, "lack_of_fit_p": None}  # 3 cells: no test, the rest stands
+    (tmp_path / "natural" / "lawfit.json").write_text(json.dumps(fit))
+    text = rendered(write_findings(tmp_path / "natural", "natural"))
+    assert "the law gives r = 0.836. Details:" in text and "lack-of-fit" not in text
 
 
 def test_front_page_model_size_effect_and_one_seed(tmp_path):

@@ -29,6 +29,18 @@ What is reported and how:
   nominal 95% intervals covered the truth 88% (a), 92% (b) and 94% (log10 T) of the time.
 - r: Pearson correlation between the in-sample predicted and observed log10 U_pt (the paper's
   goodness-of-fit number), and ``residual_sd_log10``.
+- Seed noise, where some (B, C) cell holds more than one emerged run (seeds, or models when
+  ``model`` is None): the law predicts one value per cell, so the spread of a cell's runs is
+  noise no law can explain. ``seed_sd_log10`` is the pooled within-cell standard deviation of
+  log10 U_pt (``n - n_cells`` degrees of freedom). ``r_ceiling`` = sqrt(1 - SS_within /
+  SS_total) is the r reached by predicting every run by its cell's mean, the highest in-sample
+  r that any prediction of U_pt from (B, C) alone can reach on these runs. ``r_cells`` is r
+  between the law's prediction and the cells' mean observed log10 U_pt (one point per cell).
+  The lack-of-fit test compares the law's miss of the cell means with the seed noise:
+  F = (SS_residual - SS_within) / (n_cells - 3) / (SS_within / (n - n_cells)), and
+  ``lack_of_fit_p`` its upper tail under F(n_cells - 3, n - n_cells); a small p says the law's
+  form misses the cells by more than the seeds scatter. None where no cell has two runs or the
+  degrees of freedom are zero; ``seed_note`` says why.
 - Leave-one-out prediction: refit without each run and predict it. ``loo_rmse_log10`` is the
   root-mean-square error in log10 units (0.1 is a factor of 1.26); ``loo`` lists per-run
   observed and predicted log10 U_pt (None where dropping the run makes the design singular).
@@ -58,6 +70,7 @@ import math
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 MIN_RUNS = 4  # three coefficients plus at least one residual degree of freedom
 CONFIDENCE = 0.95
@@ -65,6 +78,7 @@ FORMULA = "log10 U_pt = log10 T - a log10 B - b log10 C"
 SIZE_FORMULA = FORMULA + " + c log10 N_params"
 # The law's two exponents: (coefficient, the emergence table's column, the symbol).
 EXPONENTS = (("a", "batch_size", "B"), ("b", "context_size", "C"))
+CELL = [column for _, column, _ in EXPONENTS]  # runs the law cannot tell apart
 
 
 def fit_law(emergence: pd.DataFrame, n_boot: int, seed: int, model: str | None = None) -> dict:
@@ -116,6 +130,7 @@ def fit_law(emergence: pd.DataFrame, n_boot: int, seed: int, model: str | None =
             {"run_id": str(rid), "observed_log10_updates": _num(o), "predicted_log10_updates": p}
             for rid, o, p in zip(runs["run_id"], y, loo, strict=True)
         ],
+        **_seed_noise(runs, y, predicted),
     )
     if model is None:
         result.update(_size_test(runs, resamples))
@@ -184,6 +199,9 @@ def _empty_result(runs: pd.DataFrame, n_boot: int, seed: int) -> dict:
         **dict.fromkeys(["residual_sd_log10", "loo_rmse_log10"]),
         "loo_n": 0,
         "loo": [],
+        "n_cells": runs.groupby(CELL).ngroups if len(runs) else 0,
+        **dict.fromkeys(["seed_sd_log10", "r_cells", "r_ceiling"]),
+        **dict.fromkeys(["lack_of_fit_F", "lack_of_fit_df", "lack_of_fit_p", "seed_note"]),
         "model": None,
         "n_other_models": 0,
         "size_formula": SIZE_FORMULA,
@@ -244,6 +262,36 @@ def _leave_one_out(x: np.ndarray, y: np.ndarray) -> list[float | None]:
     return predictions
 
 
+def _seed_noise(runs: pd.DataFrame, y: np.ndarray, predicted: np.ndarray) -> dict:
+    """How much of the scatter around the law is between runs of one (B, C) cell."""
+    cell = runs.groupby(CELL).ngroup().to_numpy()
+    n, n_cells = len(y), int(cell.max()) + 1
+    out = {"n_cells": n_cells}
+    if n_cells == n:
+        return out | {"seed_note": "one emerged run per (B, C) cell: seed noise not separable"}
+    cell_mean = np.bincount(cell, weights=y) / np.bincount(cell)
+    ss_within = float(np.sum((y - cell_mean[cell]) ** 2))
+    ss_total = float(np.sum((y - y.mean()) ** 2))
+    predicted_cell = np.bincount(cell, weights=predicted) / np.bincount(cell)
+    out.update(
+        seed_sd_log10=_num(np.sqrt(ss_within / (n - n_cells))),
+        r_ceiling=_num(np.sqrt(1 - ss_within / ss_total)) if ss_total > 0 else None,
+        r_cells=_pearson(predicted_cell, cell_mean),
+        seed_note=f"{n} runs in {n_cells} (B, C) cells",
+    )
+    df_lof, df_within = n_cells - 3, n - n_cells
+    if df_lof < 1 or ss_within == 0:
+        why = "only 3 cells: the law fits their means exactly" if df_lof < 1 else "no seed noise"
+        return out | {"seed_note": f"{out['seed_note']}; no lack-of-fit test ({why})"}
+    ss_lack = max(float(np.sum((y - predicted) ** 2)) - ss_within, 0.0)
+    f_stat = (ss_lack / df_lof) / (ss_within / df_within)
+    return out | {
+        "lack_of_fit_F": _num(f_stat),
+        "lack_of_fit_df": [df_lof, df_within],
+        "lack_of_fit_p": _num(stats.f.sf(f_stat, df_lof, df_within)),
+    }
+
+
 def _size_test(runs: pd.DataFrame, resamples: np.ndarray) -> dict:
     sizes = runs["n_params"].nunique()
     y = np.log10(runs["updates_pt"].to_numpy(float))
@@ -292,10 +340,14 @@ def _num(value) -> float | None:
     return value if math.isfinite(value) else None
 
 
+QUANTITIES = ("a", "b", "log10_T", "c", "r", "r_cells", "r_ceiling", "seed_sd_log10",
+              "lack_of_fit_p", "loo_rmse_log10", "n_runs")  # fmt: skip
+
+
 def fit_table(fit: dict) -> pd.DataFrame:
     """One row per fitted quantity: ``quantity, estimate, ci_low, ci_high`` (CI empty if none)."""
     rows = []
-    for key in ("a", "b", "log10_T", "c", "r", "loo_rmse_log10", "n_runs"):
+    for key in QUANTITIES:
         ci = fit.get(f"{key}_ci") or [None, None]
         rows.append({"quantity": key, "estimate": fit.get(key), "ci_low": ci[0], "ci_high": ci[1]})
     return pd.DataFrame(rows, columns=["quantity", "estimate", "ci_low", "ci_high"])

@@ -96,7 +96,26 @@ def law_findings(fit: dict | None, emergence: pd.DataFrame | None = None) -> str
         ["r (predicted vs observed)", _num(fit.get("r")), f"{PAPER['r']:g}"],
         ["c (of log10 N_params)", *_size_and_paper(fit)],
     ]
-    return "\n\n".join([intro, _list_table(rows), details])
+    return "\n\n".join(x for x in [intro, _list_table(rows), _seed_noise(fit), details] if x)
+
+
+def _seed_noise(fit: dict) -> str:
+    """How much of the scatter around the law the seeds alone make (lawfit's seed-noise part)."""
+    if fit.get("r_ceiling") is None:
+        return ""
+    text = (
+        f"Runs of one (B, C) cell differ by {_num(fit['seed_sd_log10'])} decades (standard"
+        f" deviation), so no law of B and C could reach r above {_num(fit['r_ceiling'])} on"
+        f" these runs; over the {fit['n_cells']} cells' mean log updates the law gives"
+        f" r = {_num(fit['r_cells'])}."
+    )
+    if fit.get("lack_of_fit_p") is not None:
+        verdict = "more than" if fit["lack_of_fit_p"] < 0.05 else "no more than"
+        text += (
+            f" The law misses the cells' means by {verdict} the seeds scatter (lack-of-fit"
+            f" F = {_num(fit['lack_of_fit_F'])}, p = {_num(fit['lack_of_fit_p'])})."
+        )
+    return _text(text)
 
 
 def _emerged_counts(fit: dict) -> str:

@@ -36,6 +36,10 @@ FIT_MEANING = {
     "log10_T": "log10 of the constant T (updates at B = C = 1)",
     "c": "exponent of the parameter count (0: no model-size effect)",
     "r": "correlation of log predicted and log observed updates",
+    "r_cells": "r between the law and the (B, C) cells' mean log updates",
+    "r_ceiling": "highest r any law of B and C could reach, given the seeds' spread",
+    "seed_sd_log10": "spread of log updates between runs of one (B, C) cell (decades)",
+    "lack_of_fit_p": "p of the law missing the cells' means by more than seed noise",
     "loo_rmse_log10": "leave-one-out prediction error (decades)",
     "n_runs": "runs in the fit (those that emerged)",
 }
