@@ -27,6 +27,7 @@ import pytest
 from browser import CHROMIUM, Chromium
 from conftest import job_stats, run_study, snakemake, study_text
 from ihsweep import layout
+from ihsweep.analysis.lawfit import QUANTITIES
 from ihsweep.config import Run
 from ihsweep.report import findings
 
@@ -51,8 +52,7 @@ RESULTS = {
     **{f: None for f in layout.figure_files(["generator"], layout.MARKOV)[::2]},
     **{layout.run_figures(run)[0]: None for run in RUNS + MARKOV_RUNS},
     layout.aggregate_file("emergence.html", layout.NATURAL): len(RUNS),
-    # a, b, log10 T, c, r, leave-one-out error, n runs
-    layout.aggregate_file("lawfit.html", layout.NATURAL): 7,
+    layout.aggregate_file("lawfit.html", layout.NATURAL): len(QUANTITIES),  # one row each
     layout.aggregate_file("emergence.html", layout.MARKOV): len(MARKOV_RUNS),
 }
 assert all(f.endswith((".png", ".html")) for f in RESULTS)
