@@ -86,10 +86,17 @@ def probe_checkpoint(ckpt: dict, probe: dict, device: torch.device) -> pd.DataFr
 
 
 def probe_run(
-    run_dir: Path, probe: dict, device: torch.device, allow_empty: bool = False
+    run_dir: Path,
+    probe: dict,
+    device: torch.device,
+    allow_empty: bool = False,
+    memo: dict[str, pd.DataFrame] | None = None,
 ) -> tuple[pd.DataFrame, ...]:
     """The heads and model tables of every checkpoint of the run (the cache's where it holds
-    them); with ``allow_empty``, a run without checkpoints gives two empty tables."""
+    them); with ``allow_empty``, a run without checkpoints gives two empty tables. ``memo``
+    (cache key -> frame) keeps the frames between calls of one process: training probes after
+    every checkpoint, and rereading every earlier cache file each time cost ~5% of a run."""
+    memo = {} if memo is None else memo
     frames = []
     damaged = []
     # The weights' checksums are checked where the weights are read (probe_checkpoint), not
@@ -100,17 +107,18 @@ def probe_run(
     for ckpt in checkpoints:
         cache = Path(run_dir) / "probes" / "cache" / f"step_{ckpt['step']:06d}.parquet"
         key = cache_key(ckpt, probe)
-        if cache.exists() and read_parquet_key(cache) == key:
-            frames.append(pd.read_parquet(cache))
-            continue
-        df = probe_checkpoint(ckpt, probe, device)
-        write_parquet(df, cache, key=key)
-        print(
-            f"probed step {ckpt['step']}: ps_max {df['ps_max'].iat[0]:.3f}"
-            f" ar_acc {df['ar_acc'].iat[0]:.3f}",
-            flush=True,
-        )
-        frames.append(df)
+        if key not in memo:
+            if cache.exists() and read_parquet_key(cache) == key:
+                memo[key] = pd.read_parquet(cache)
+            else:
+                memo[key] = df = probe_checkpoint(ckpt, probe, device)
+                write_parquet(df, cache, key=key)
+                print(
+                    f"probed step {ckpt['step']}: ps_max {df['ps_max'].iat[0]:.3f}"
+                    f" ar_acc {df['ar_acc'].iat[0]:.3f}",
+                    flush=True,
+                )
+        frames.append(memo[key])
     if not frames:
         if not allow_empty:
             raise FileNotFoundError(f"no checkpoints under {run_dir}/ckpt")

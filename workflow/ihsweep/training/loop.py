@@ -559,6 +559,8 @@ def _train(
         print(f"[{spec['run_id']}] diverged: {detail}; stopped at step {step}", flush=True)
         return finish("diverged", detail)
 
+    probed: dict = {}  # probe_run's memo: each checkpoint is probed or read once per process
+
     def emergence_confirmed() -> str | None:
         """Probe the checkpoints so far (the probe step's code and cache) and apply the rule."""
         # Imported here: pandas and scipy add ~60 MB to every training job's resident memory,
@@ -566,7 +568,7 @@ def _train(
         from ihsweep.analysis.emergence import confirmed_emergence
         from ihsweep.probing.run import probe_run
 
-        _, series = probe_run(run_dir, rule["probe"], device)
+        _, series = probe_run(run_dir, rule["probe"], device, memo=probed)
         model.train()
         return confirmed_emergence(series, rule["emergence"], rule["margin_decades"])
 
