@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
@@ -420,6 +421,28 @@ def test_micro_batched_run_emerges_at_the_same_point(tmp_path):
     assert 0.1 * budget < points[0]["tokens_pt"] < 0.9 * budget
     assert points[1]["tokens_pt"] == pytest.approx(points[0]["tokens_pt"], rel=0.01)
     np.testing.assert_allclose(series[1], series[0], atol=0.02)
+
+
+def test_probe_run_memo_probes_each_checkpoint_once(tmp_path, data_dir, capsys):
+    """The memo that training keeps between its early-stopping checks: a second call takes
+    every checkpoint from it (the cache files deleted, none is probed or written again), and
+    its tables equal those of a fresh probe without it."""
+    run_dir = tmp_path / "run"
+    train(make_spec(steps=60, every=20), data_dir, run_dir, **CPU)
+    probe = {"n_sequences": 20, "max_half_length": 50, "seed": 0, "min_layer": 0}
+    cpu = torch.device("cpu")
+    memo = {}
+    first = probe_run(run_dir, probe, cpu, memo=memo)
+    assert len(memo) == 3 and capsys.readouterr().out.count("probed step") == 3
+    shutil.rmtree(run_dir / "probes" / "cache")
+    second = probe_run(run_dir, probe, cpu, memo=memo)
+    assert not (run_dir / "probes" / "cache").exists()
+    assert "probed step" not in capsys.readouterr().out
+    fresh = probe_run(run_dir, probe, cpu)
+    assert capsys.readouterr().out.count("probed step") == 3
+    for a, b, c in zip(first, second, fresh, strict=True):
+        pd.testing.assert_frame_equal(a, b)
+        pd.testing.assert_frame_equal(a, c)
 
 
 @pytest.mark.parametrize("mlp", [False, True])
