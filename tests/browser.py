@@ -120,11 +120,20 @@ class Page:
             raise RuntimeError(f"{expression[:200]}: {result['exceptionDetails']}")
         return result["result"].get("value")
 
-    def wait_for(self, expression: str, timeout: float = 20, context: int | None = None):
-        """Poll ``expression`` until it is truthy; returns its value."""
+    def wait_for(self, expression: str, timeout: float = 20, in_child_frame: bool = False):
+        """Poll ``expression`` until it is truthy; returns its value. ``in_child_frame``
+        evaluates it in the page's (only) child frame, in a context made afresh for each poll:
+        a frame that is still replacing its first document destroys a context made too early
+        (a poll that loses its context that way counts as not yet)."""
         deadline = time.monotonic() + timeout
         while True:
-            value = self.evaluate(expression, context)
+            try:
+                context = self.child_frame_context() if in_child_frame else None
+                value = self.evaluate(expression, context)
+            except RuntimeError as error:
+                if not (in_child_frame and "Cannot find context" in str(error)):
+                    raise
+                value = None
             if value:
                 return value
             if time.monotonic() > deadline:

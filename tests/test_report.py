@@ -186,7 +186,7 @@ def click_through(page, url: str) -> dict[str, object]:
                         shown[path] = page.wait_for(IMAGE_SHOWN.format(path=path))
                     else:
                         page.wait_for(FRAME_SHOWN.format(path=path))
-                        shown[path] = page.wait_for(TABLE_ROWS, context=page.child_frame_context())
+                        shown[path] = page.wait_for(TABLE_ROWS, in_child_frame=True)
     return shown
 
 
