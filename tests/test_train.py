@@ -629,6 +629,8 @@ def test_sigterm_saves_state_exits_75_and_rerun_resumes_there(reference, data_di
     assert not (run_dir / "run.json").exists()
     state = load_resume_state(run_dir)[0]
     assert int(state["step"]) == stopped
+    saved_on = "with its checkpoint, on signal 15" if stopped in ckpts else "on signal 15"
+    assert state["saved_on"] == saved_on
     assert last_train_step(run_dir) == stopped
     assert saved_checkpoint_steps(run_dir) == [s for s in ckpts if s <= stopped]
     progress = read_progress(run_dir)
@@ -636,7 +638,9 @@ def test_sigterm_saves_state_exits_75_and_rerun_resumes_there(reference, data_di
     assert progress["step"] == stopped and progress["tokens"] == stopped * B * C
 
     out = run_to_end(spec, data_dir, run_dir)
-    assert re.findall(r"resuming at step (\d+)/", out) == [str(stopped)]
+    assert re.findall(r"resuming at step (\d+)/\d+ \(state saved (.*)\)", out) == [
+        (str(stopped), saved_on)
+    ]
     assert read_progress(run_dir)["state"] == "done"
     assert_same_tensors(final_weights(run_dir), reference["weights"])
     assert_loss_log_clean(run_dir, spec)
@@ -651,14 +655,15 @@ def test_stop_after_step_then_resume_in_process_matches(reference, data_dir, tmp
 
     assert train(spec, data_dir, run_dir, **CPU, stop_after_step=stop) == {}
     assert not (run_dir / "run.json").exists()
-    assert int(load_resume_state(run_dir)[0]["step"]) == stop
+    state = load_resume_state(run_dir)[0]
+    assert int(state["step"]) == stop and state["saved_on"] == "at stop_after_step"
     assert saved_checkpoint_steps(run_dir) == [30, 60]
     progress = read_progress(run_dir)
     assert progress["state"] == "interrupted" and progress["step"] == stop
 
     summary = train(spec, data_dir, run_dir, **CPU)
     out = capsys.readouterr().out
-    assert f"resuming at step {stop}/{spec['total_steps']}" in out
+    assert f"resuming at step {stop}/{spec['total_steps']} (state saved at stop_after_step)" in out
     assert summary["checkpoints"] == spec["checkpoint_steps"]
     assert json.loads((run_dir / "run.json").read_text()) == summary
     # The in-process run also matches the command-line run, every checkpoint of it.
@@ -666,6 +671,22 @@ def test_stop_after_step_then_resume_in_process_matches(reference, data_dir, tmp
         want = load_file(reference["run_dir"] / "ckpt" / Path(meta["weights"]).name)
         assert_same_tensors(load_file(meta["weights"]), want)
     assert (run_dir / "loss.csv").read_text() == reference["loss_csv"]
+
+
+def test_resume_state_says_why_it_was_saved(tmp_path, data_dir, capsys):
+    spec = make_spec(steps=40, every=20)
+    run_dir = tmp_path / "run"
+    train(spec, data_dir, run_dir, **CPU, stop_after_step=20)  # a checkpoint step
+    assert load_resume_state(run_dir)[0]["saved_on"] == "with its checkpoint, at stop_after_step"
+    train(spec, data_dir, run_dir, **CPU, stop_after_step=30)
+    assert load_resume_state(run_dir)[0]["saved_on"] == "at stop_after_step"
+    train(spec, data_dir, run_dir, **CPU)
+    assert load_resume_state(run_dir)[0]["saved_on"] == "with its checkpoint"
+    out = capsys.readouterr().out
+    assert re.findall(r"resuming at step (\d+)/40 \(state saved (.*)\)", out) == [
+        ("20", "with its checkpoint, at stop_after_step"),
+        ("30", "at stop_after_step"),
+    ]
 
 
 def test_rerun_of_a_finished_run_changes_nothing(tmp_path, data_dir, capsys):

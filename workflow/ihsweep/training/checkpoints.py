@@ -6,7 +6,8 @@ A run directory holds
   run spec and ``weights_sha256``, the sha256 of the .safetensors file as written.
   These are the files other tools read; the JSON is written last, so a checkpoint exists only
   once its JSON does.
-- ``state/resume.pt``: model, optimiser, step and RNG state for exact resumption, with the
+- ``state/resume.pt``: model, optimiser, step and RNG state for exact resumption, and why it
+  was saved (``saved_on``: with its checkpoint, on signal N, or both), with the
   sidecar ``state/resume.json`` (``{"step", "sha256"}``) written after it. Loaded with
   ``torch.load(weights_only=True)``, never with unrestricted pickle.
 - ``state/resume.prev.pt`` and ``state/resume.prev.json``: the state saved before that one, so a

@@ -56,6 +56,7 @@ from ihsweep.training.checkpoints import (
 from ihsweep.training.model import GPT, GPTConfig
 
 EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: "try again", the retry resumes from the saved state
+SAVED_WITH_CHECKPOINT = "with its checkpoint"  # why a resume state was saved, in its "saved_on"
 
 
 class ChunkSampler:
@@ -475,7 +476,8 @@ def _train(
         optim.load_state_dict(state["optim"])
         torch.set_rng_state(state["rng_cpu"])
         step = int(state["step"])
-        print(f"[{run_id}] resuming at step {step}/{total_steps}", flush=True)
+        why = f" (state saved {state['saved_on']})" if "saved_on" in state else ""
+        print(f"[{run_id}] resuming at step {step}/{total_steps}{why}", flush=True)
     _truncate_loss_log(loss_log, step)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_progress(run_dir, "running", step, total_steps, B * C, None)
@@ -499,7 +501,10 @@ def _train(
         save_checkpoint(run_dir, step, model, ckpt_meta)
         return val_loss
 
-    def save(step: int, train_loss: float, with_checkpoint: bool) -> None:
+    def save(step: int, train_loss: float, with_checkpoint: bool, saved_on: str) -> None:
+        """The checkpoint of ``step`` (``with_checkpoint``) and the resume state, which records
+        why it was saved (``saved_on``: with its checkpoint, on signal N, or both), so that the
+        log of the run that resumes from it says so."""
         if with_checkpoint:
             val_loss = write_checkpoint(step, train_loss)
             with open(loss_log, "a") as f:
@@ -513,6 +518,7 @@ def _train(
                 "optim": optim.state_dict(),
                 "rng_cpu": torch.get_rng_state(),
                 "recent_losses": torch.tensor(recent[-tcfg["log_every"] :], dtype=torch.float64),
+                "saved_on": saved_on,
             },
         )
 
@@ -524,7 +530,7 @@ def _train(
         print(f"[{run_id}] rewrote the checkpoint of step {step} from the saved state", flush=True)
 
     if step == 0 and 0 in ckpt_steps:
-        save(0, float("nan"), True)
+        save(0, float("nan"), True, SAVED_WITH_CHECKPOINT)
 
     # --- the loop
     stop = StopRequested()
@@ -594,7 +600,11 @@ def _train(
 
         log_row = step % tcfg["log_every"] == 0 or step == total_steps
         line_due = progress.due(step, total_steps)
-        stopping = stop.signum is not None or step == stop_after_step
+        # Why the loop stops after this step (None: it goes on).
+        stopping = (
+            f"on signal {int(stop.signum)}" if stop.signum is not None
+            else "at stop_after_step" if step == stop_after_step else None
+        )  # fmt: skip
         diverged = None
         if log_row or line_due or step in ckpt_steps or stopping:
             diverged = read_losses()
@@ -611,7 +621,8 @@ def _train(
             write_progress(run_dir, "running", step, total_steps, B * C, progress.tokens_per_second)
         if step in ckpt_steps:
             try:
-                save(step, float(np.mean(recent[-tcfg["log_every"] :])), True)
+                saved_on = SAVED_WITH_CHECKPOINT + (f", {stopping}" if stopping else "")
+                save(step, float(np.mean(recent[-tcfg["log_every"] :])), True, saved_on)
             except Diverged as err:
                 return finish_diverged(err.step, err.why)
             del recent[: -tcfg["log_every"]]
@@ -620,7 +631,7 @@ def _train(
                 return finish("stopped_early", reason)
         if stopping:
             if step not in ckpt_steps:
-                save(step, float("nan"), False)
+                save(step, float("nan"), False, stopping)
             signal_number = None if stop.signum is None else int(stop.signum)
             write_progress(run_dir, "interrupted", step, total_steps, B * C,
                            progress.tokens_per_second, signal=signal_number)  # fmt: skip
