@@ -401,6 +401,31 @@ def test_default_config_validates_and_gets_defaults(monkeypatch):
     assert {"probe", "emergence", "lawfit"} <= set(config)
 
 
+def cpu_study_specs(*studies: str) -> dict[str, dict]:
+    """Each run's training spec in config.yaml patched by ``workflow/studies/<study>.yaml`` files,
+    merged as ``--configfile config.yaml <files>`` merges them."""
+    config = default_config()
+    for name in studies:
+        update_config(config, yaml.safe_load((REPO / f"workflow/studies/{name}.yaml").read_text()))
+    study = prepare(config)
+    return {run.id: study.train_spec(run) for run in study.runs}
+
+
+def test_cpu_full_studies_extend_the_default_with_the_same_runs(monkeypatch):
+    # What lets `make cpu-full` after `make demo` (and cpu-full-4seeds after it) train only the
+    # runs it adds: every earlier run is planned again with the same spec.
+    monkeypatch.chdir(REPO)
+    default = cpu_study_specs()
+    full = cpu_study_specs("cpu-full")
+    four_seeds = cpu_study_specs("cpu-full", "cpu-full-4seeds")
+    assert {run: full[run] for run in default} == default
+    assert {run: four_seeds[run] for run in full} == full
+    added = sorted(set(four_seeds) - set(full))
+    assert added == sorted(
+        f"kjv-copy/w64/B{b}-C{c}-s{s}" for b in (8, 16, 32, 64) for c in (8, 16, 32) for s in (2, 3)
+    )
+
+
 def test_defaults_are_filled_in(monkeypatch):
     monkeypatch.chdir(REPO)
     config = merged("{}")
