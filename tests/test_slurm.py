@@ -64,6 +64,8 @@ LONG = (
 assert "tokens: 1500000" in LONG and "every: 100000" in LONG and "progress_seconds: 1" in LONG, (
     "tests/studies/slurm.yaml changed"
 )
+# The resume line of a retried training job: its step and why its state was saved.
+RESUMED = re.compile(r"resuming at step (\d+)/\d+ \(state saved (.*)\)")
 
 
 @pytest.fixture(scope="module")
@@ -220,7 +222,7 @@ def test_scancel_mid_training_resumes_from_saved_state(cluster, tmp_path, scance
             driver.wait(timeout=60)
     log = train_log(workdir, 32)
     # Snakemake starts the retry's log afresh; the resume line says why its state was saved.
-    resumed = re.findall(r"resuming at step (\d+)/\d+ \(state saved (.*)\)", log)
+    resumed = RESUMED.findall(log)
     assert len(resumed) == 1 and int(resumed[0][0]) >= 1500, log[-3000:]
     assert resumed[0][1].endswith(f"on signal {int(signum)}"), log[-3000:]
     print(f"scancel {scancel_args} at step >= 1500: the retry resumed at step {resumed[0][0]}")
@@ -278,7 +280,7 @@ def test_killed_driver_and_job_recover_as_documented(cluster, tmp_path):
     # The state may be a checkpoint's or one saved on SIGTERM (seen here: slurmstepd terminates
     # the step's other processes when its killed task is gone).
     log = train_log(workdir, killed)
-    resumed = re.findall(r"resuming at step (\d+)/\d+ \(state saved (.*)\)", log)
+    resumed = RESUMED.findall(log)
     assert len(resumed) == 1 and int(resumed[0][0]) > 0, log[-3000:]
     step, why = resumed[0]
     print(f"kill -9 of driver and job; the recovery resumed the killed run at step {step} ({why})")

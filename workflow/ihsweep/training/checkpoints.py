@@ -7,7 +7,8 @@ A run directory holds
   These are the files other tools read; the JSON is written last, so a checkpoint exists only
   once its JSON does.
 - ``state/resume.pt``: model, optimiser, step and RNG state for exact resumption, and why it
-  was saved (``saved_on``: with its checkpoint, on signal N, or both), with the
+  was saved (``saved_on``: with its checkpoint, on signal N, at stop_after_step, or a
+  checkpoint's and a stop's reason), with the
   sidecar ``state/resume.json`` (``{"step", "sha256"}``) written after it. Loaded with
   ``torch.load(weights_only=True)``, never with unrestricted pickle.
 - ``state/resume.prev.pt`` and ``state/resume.prev.json``: the state saved before that one, so a

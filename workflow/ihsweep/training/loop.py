@@ -503,8 +503,8 @@ def _train(
 
     def save(step: int, train_loss: float, with_checkpoint: bool, saved_on: str) -> None:
         """The checkpoint of ``step`` (``with_checkpoint``) and the resume state, which records
-        why it was saved (``saved_on``: with its checkpoint, on signal N, or both), so that the
-        log of the run that resumes from it says so."""
+        why it was saved (``saved_on``: with its checkpoint, the stop's reason, or both), so that
+        the log of the run that resumes from it says so."""
         if with_checkpoint:
             val_loss = write_checkpoint(step, train_loss)
             with open(loss_log, "a") as f:
