@@ -20,7 +20,7 @@ import pandas as pd
 import pytest
 import torch
 from conftest import SCHEMA
-from ihsweep.analysis.emergence import emergence_table
+from ihsweep.analysis.emergence import emergence_table, replay_stop, run_point
 from ihsweep.analysis.lawfit import fit_law
 from ihsweep.config import prepare
 from ihsweep.layout import PROGRESS_JSON, RUN_JSON
@@ -226,6 +226,11 @@ def test_stopped_runs_find_the_points_and_the_law_of_the_full_runs(tmp_path, cap
         assert summary["outcome"] == "completed" and summary["tokens"] == summary["budget"]
         assert f"resuming at step {stopped[-1]['step'].max()}/" in capsys.readouterr().out
         full.append(model_table(run_dir, probe))
+        # The replay of the rule on the full run (python -m ihsweep.stopping) stops where
+        # training stopped, with the same point.
+        replay = replay_stop(full[-1], EMERGENCE, MARGIN)
+        assert replay["stopped"] and replay["tokens_trained"] == stopped[-1]["tokens"].max()
+        assert replay["tokens_pt"] == run_point(stopped[-1], EMERGENCE)["tokens_pt"]
     stopped_points = emergence_table(pd.concat(stopped), EMERGENCE).set_index("run_id")
     full_points = emergence_table(pd.concat(full), EMERGENCE).set_index("run_id")
     assert stopped_points["emerged"].all() and full_points["emerged"].all()

@@ -93,3 +93,24 @@ def test_status_says_diverged_and_counts_tokens_against_the_budget(study):
     (line,) = [ln for ln in proc.stdout.splitlines() if ln.strip().startswith(DIVERGED)]
     assert " diverged " in line and "nan at step" in line
     assert "1 diverged" in proc.stdout and "tokens trained" in proc.stdout
+
+
+def test_stopping_replay_reads_the_study_and_leaves_out_the_diverged_run(study, tmp_path):
+    # No run of this study emerges within its 60k tokens (test_emergence has the known answer):
+    # each completed run replays at every margin, to its budget, with nothing moved.
+    workdir, prepared, _, _ = study
+    table_csv = tmp_path / "replay.csv"
+    proc = subprocess.run(
+        [sys.executable, "-m", "ihsweep.stopping", "--configfile", "config.yaml",
+         "--margins", "0.1", "0.3", "1.0", "--csv", str(table_csv)],
+        cwd=workdir, capture_output=True, text=True, timeout=120,
+        env={"PYTHONPATH": str(REPO / "workflow")},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    table = pd.read_csv(table_csv)
+    completed = sorted(run.id for run in prepared.runs if run.id != DIVERGED)
+    assert sorted(set(table["run_id"])) == completed and len(table) == 3 * len(completed)
+    assert table["replayable"].all() and not table["replay_emerged"].any()
+    assert (table["replay_tokens_trained"] == table["tokens_trained"]).all()
+    rows = [line.split() for line in proc.stdout.splitlines()[1:]]
+    assert [row[:5] for row in rows] == [[m, "2", "0", "0", "0"] for m in ("0.1", "0.3", "1")]

@@ -17,6 +17,7 @@ from ihsweep.analysis.emergence import (
     confirmed_emergence,
     detect,
     emergence_table,
+    replay_stop,
     run_point,
     sustained_rise,
 )
@@ -335,6 +336,35 @@ def test_early_stop_never_fires_without_a_transition_and_waits_for_a_larger_marg
 
     assert first_stop(0.0) < first_stop(0.5)
     assert first_stop(3.0) is None  # the budget ends before 3 decades past the point
+
+
+def test_replay_stop_at_a_small_margin_stops_on_a_rise_that_falls_back():
+    """Ten checkpoints per decade from 1k tokens; the metric sits at 0.02, holds 0.12 at
+    checkpoints 10-14, falls back to 0.03, and rises to 0.5 from checkpoint 25. On the whole
+    series the crossing rule (0.05 above 0.02) dates the lasting rise: between checkpoints 24
+    and 25, a fraction (0.07 - 0.03) / (0.5 - 0.03) of the way, i.e. 10^5.4085 tokens. Series
+    ending at checkpoints 11-15 date the bump instead, halfway up from 0.02 to 0.12 between
+    checkpoints 9 and 10 (10^3.95), with interval [10^3.9, 10^4.0]; so the rule stops there once
+    a checkpoint lies the margin past 10^4.0 within those five: at 13 for margin 0.25 (10^4.3
+    >= 10^4.25), never for 0.65, which stops at 32 on the lasting rise (10^6.2 >= 10^6.15, its
+    interval ending at checkpoint 25); at margin 2 nothing stops within the series."""
+    tokens = 10.0 ** (3 + np.arange(41) / 10)
+    y = np.full(41, 0.02)
+    y[10:15], y[15:25], y[25:] = 0.12, 0.03, 0.5
+    run = pd.DataFrame({"tokens": tokens, "ps_max": y})
+    spec = {"metric": "ps_max", "method": "crossing", "min_rise": 0.05}
+    full = run_point(run, spec)
+    assert math.log10(full["tokens_pt"]) == pytest.approx(5.4 + 0.1 * 0.04 / 0.47)
+
+    bump = replay_stop(run, spec, 0.25)
+    assert bump["stopped"] and bump["emerged"] and bump["tokens_trained"] == tokens[13]
+    assert math.log10(bump["tokens_pt"]) == pytest.approx(3.95)
+    lasting = replay_stop(run, spec, 0.65)
+    assert lasting["stopped"] and lasting["tokens_trained"] == tokens[32]
+    assert lasting["tokens_pt"] == full["tokens_pt"]
+    never = replay_stop(run, spec, 2.0)
+    assert not never["stopped"] and never["tokens_trained"] == tokens[-1]
+    assert never["tokens_pt"] == full["tokens_pt"]
 
 
 # --------------------------------------------------------------------------------------------

@@ -260,6 +260,31 @@ def confirmed_emergence(run: pd.DataFrame, spec: dict, margin_decades: float) ->
     )
 
 
+def replay_stop(run: pd.DataFrame, spec: dict, margin_decades: float) -> dict:
+    """Where ``confirmed_emergence`` with this margin stops a run, checked at each checkpoint in
+    turn as training checks it, and the point ``run_point`` reports on the series up to there.
+
+    Exact for any margin on a run trained to its budget, and for margins up to its own on a run
+    stopped early (a stopped run is the exact prefix of the full run; past its stop the series
+    is unknown). Returns ``run_point``'s dict plus ``stopped`` (whether the rule stops the run
+    before its last checkpoint's series ends) and ``tokens_trained`` (the checkpoint it stops
+    at, else the last one)."""
+    run = run[run["tokens"] > 0].sort_values("tokens")
+    for end in range(2, len(run) + 1):
+        if confirmed_emergence(run.iloc[:end], spec, margin_decades):
+            prefix = run.iloc[:end]
+            return {
+                **run_point(prefix, spec),
+                "stopped": True,
+                "tokens_trained": float(prefix["tokens"].iat[-1]),
+            }
+    return {
+        **run_point(run, spec),
+        "stopped": False,
+        "tokens_trained": float(run["tokens"].iat[-1]),
+    }
+
+
 def predicted_within(emerged, predicted, lo, hi) -> bool | None:
     """Whether an emerged run's predicted point lies inside its observed interval [lo, hi];
     None when the run did not emerge, or has no prediction or no interval."""
