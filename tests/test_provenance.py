@@ -13,7 +13,7 @@ import pytest
 import yaml
 from conftest import SCHEMA, study_text
 from ihsweep.config import prepare, study_definition
-from ihsweep.provenance import config_sha256
+from ihsweep.provenance import config_sha256, run_sha256
 
 CONFIG = {
     "models": {"w64": {"n_layer": 2, "d_model": 64}},
@@ -102,3 +102,14 @@ def test_prepared_study_change_changes_the_hash(sections):
     other = prepared(**copy.deepcopy(sections))
     assert study_definition(other) != study_definition(base)
     assert config_sha256(other) != config_sha256(base)
+
+
+def test_a_runs_figure_hash_is_its_spec_and_the_emergence_settings():
+    study = prepare(yaml.safe_load(study_text("base")), SCHEMA)
+    first, second = study.runs[:2]
+    emergence = study.config["emergence"]
+    spec = study.train_spec(first)
+    assert run_sha256(spec, emergence) == run_sha256(copy.deepcopy(spec), dict(emergence))
+    assert run_sha256(spec, emergence) != run_sha256(study.train_spec(second), emergence)
+    assert run_sha256(spec, emergence) != run_sha256(spec, {**emergence, "min_rise": 0.2})
+    assert run_sha256({**spec, "seed": 1}, emergence) != run_sha256(spec, emergence)

@@ -24,6 +24,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 from browser import CHROMIUM, Chromium
 from conftest import job_stats, run_study, snakemake, study_text
 from ihsweep import layout
@@ -92,20 +93,36 @@ def test_figures_target_rebuilds_byte_identical_files_without_training(study):
 
 
 def test_every_output_folder_records_its_provenance(study):
-    folders = [layout.NATURAL, layout.MARKOV]
-    folders += [run_figure_dir(run) for run in RUNS + MARKOV_RUNS]
-    hashes = set()
-    for folder in folders:
+    # Aggregates record the study's hash; a run's figures the run's own (ihsweep.provenance).
+    hashes = {"config_sha256": set(), "run_sha256": set()}
+    for folder, key in [(layout.NATURAL, "config_sha256"), (layout.MARKOV, "config_sha256")] + [
+        (run_figure_dir(run), "run_sha256") for run in RUNS + MARKOV_RUNS
+    ]:
         record = json.loads((study.dir / folder / "provenance.json").read_text())
-        assert re.fullmatch(r"[0-9a-f]{64}", record["config_sha256"])
+        assert set(hashes) & set(record) == {key}
+        assert re.fullmatch(r"[0-9a-f]{64}", record[key])
         assert record["code_version"].startswith(("git:", "ihsweep "))
         assert record["runs"] and record["outputs"]
-        hashes.add(record["config_sha256"])
-    assert len(hashes) == 1
+        hashes[key].add(record[key])
+    assert len(hashes["config_sha256"]) == 1
+    assert len(hashes["run_sha256"]) == len(RUNS + MARKOV_RUNS)
     natural = json.loads((study.dir / layout.NATURAL / layout.PROVENANCE).read_text())
     assert natural["runs"] == ["kjv/tiny/B4-C16-s0", "kjv/tiny/B8-C16-s0"]
     assert natural["runs"] == [run.id for run in RUNS]
     assert "figures/law_fit.png" in natural["outputs"]
+
+
+def test_a_study_that_adds_a_run_redraws_only_that_runs_figure(study):
+    # cpu-full after the default study: another config file whose runs include every earlier
+    # run with the same spec. The aggregates are redone; no earlier run's figure is.
+    runs = yaml.safe_load(CONFIG)["runs"]
+    more = study.dir / "more-seeds.yaml"
+    more.write_text(yaml.safe_dump({"runs": [*runs, {**runs[0], "batch_size": 4, "seed": 1}]}))
+    planned = snakemake(study.dir, "-n", configfiles=(more,))
+    assert planned.rc == 0, planned.out[-4000:]
+    stats = job_stats(planned.out)
+    assert stats["train"] == stats["probe"] == stats["run_figure"] == 1, stats
+    assert stats["aggregate_natural"] == stats["aggregate_markov"] == 1, stats
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,11 @@ Every aggregate step writes ``provenance.json`` beside its outputs::
 
 ``config_sha256`` hashes the validated study config (defaults filled in, keys sorted) without
 its ``execution`` section (``ihsweep.config.study_definition``), so two result folders with the
-same hash came from the same study definition, wherever it ran. The code version is the git
+same hash came from the same study definition, wherever it ran. A run's figure folder records
+``run_sha256`` instead: the hash of the run's training spec and the study's ``emergence``
+settings, all that its figure depends on besides the probe tables. It is the same for that run in
+every study that plans it with the same spec, so a study that adds runs to another (cpu-full to
+the default study) redraws none of the other's run figures. The code version is the git
 commit of the checkout the step ran from (with ``-dirty`` for uncommitted changes), or the
 installed package version when there is no git checkout.
 """
@@ -28,7 +32,16 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 
 def config_sha256(config: dict) -> str:
     """Hash of the study definition: moving a study to a cluster keeps it (and its figures)."""
-    text = json.dumps(study_definition(config), sort_keys=True, separators=(",", ":"), default=str)
+    return _sha256(study_definition(config))
+
+
+def run_sha256(train_spec: dict, emergence: dict) -> str:
+    """Hash of what one run's figure is drawn from besides its probe tables."""
+    return _sha256({"run": train_spec, "emergence": emergence})
+
+
+def _sha256(definition: dict) -> str:
+    text = json.dumps(definition, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -48,12 +61,13 @@ def code_version() -> str:
         return "unknown"
 
 
-def write_provenance(folder, config_hash: str | None, run_ids, outputs) -> Path:
+def write_provenance(folder, hashes: dict[str, str | None], run_ids, outputs) -> Path:
+    """``hashes``: {"config_sha256": ...} for an aggregate, {"run_sha256": ...} for a run."""
     path = Path(folder) / "provenance.json"
     write_json(
         path,
         {
-            "config_sha256": config_hash,
+            **hashes,
             "code_version": code_version(),
             "runs": sorted(str(r) for r in run_ids),
             "outputs": sorted(str(o) for o in outputs),

@@ -10,13 +10,13 @@ from snakemake.io import report as report_output
 
 from ihsweep import cost, layout
 from ihsweep.config import EXECUTION, ConfigError, Run, prepare
-from ihsweep.provenance import config_sha256
+from ihsweep.provenance import config_sha256, run_sha256
 
 try:
     STUDY = prepare(config)
 except ConfigError as err:
     sys.exit(f"config error: {err}")
-CONFIG_SHA256 = config_sha256(config)  # recorded in every provenance.json
+CONFIG_SHA256 = config_sha256(config)  # recorded in every aggregate's provenance.json
 # The rules turn these into threads and resources, never params: changing one plans no job.
 EXECUTION_SETTINGS = config[EXECUTION]
 
@@ -90,6 +90,12 @@ def chain_source_flag(wildcards, input):
 
 def train_spec_json(wildcards):
     return json.dumps(STUDY.train_spec(Run.from_wildcards(wildcards)), sort_keys=True)
+
+
+def run_figure_sha256(wildcards):
+    """A run figure's hash: not the study's, so a study that adds runs redraws no other."""
+    run = Run.from_wildcards(wildcards)
+    return run_sha256(STUDY.train_spec(run), config["emergence"])
 
 
 def train_runtime(wildcards, attempt):

@@ -56,11 +56,11 @@ rule run_figure:
         probes=input_dir,
         stem=output_stem,
         emergence=section_json("emergence"),
-        config_sha256=CONFIG_SHA256,
+        run_sha256=run_figure_sha256,
     shell:
         "python -m ihsweep.steps.run_figure --probes {params.probes}"
         " --emergence {params.emergence:q} --out {params.stem}"
-        " --config-sha256 {params.config_sha256} > {log} 2>&1"
+        " --run-sha256 {params.run_sha256} > {log} 2>&1"
 
 
 # A checkpoint suite of a Hugging Face causal LM (e.g. Pythia): every revision, one at a time,

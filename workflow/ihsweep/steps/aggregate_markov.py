@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     findings.write_findings(out, "markov")  # from the tables above
     written = [Path(f) for f in layout.markov_outputs(stems, out)]
     written = [f.relative_to(out) for f in written if f.name != layout.PROVENANCE]
-    write_provenance(out, args.config_sha256, runs["run_id"], written)
+    write_provenance(out, {"config_sha256": args.config_sha256}, runs["run_id"], written)
 
     emerged = int(runs["emerged"].sum())
     print(f"{emerged} of {len(runs)} Markov runs emerged ({spec['metric']}, {spec['method']})")

@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     figures.plot_model_size(emergence, fit, stem / "model_size")
     findings.write_findings(out, "natural")  # from the tables above
     written = [Path(f) for f in layout.natural_outputs(out) if Path(f).name != layout.PROVENANCE]
-    write_provenance(out, args.config_sha256, emergence["run_id"],
+    write_provenance(out, {"config_sha256": args.config_sha256}, emergence["run_id"],
                      [f.relative_to(out) for f in written])  # fmt: skip
 
     emerged = int(emergence["emerged"].sum())

@@ -24,13 +24,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--probes", required=True, type=Path, help="a run's probes/ folder")
     _args.add_spec(p, "--emergence", "emergence", required=False)
     p.add_argument("--out", required=True, type=Path, help="output stem (no suffix)")
-    p.add_argument("--config-sha256", help="hash of the study config, for provenance.json")
+    p.add_argument("--run-sha256", help="the run's hash (ihsweep.provenance), for provenance.json")
     args = p.parse_args(argv)
     spec = complete("emergence", args.emergence)
     heads, model = (pd.read_parquet(args.probes / f"{name}.parquet") for name in PROBE_TABLES)
     paths = plot_run(model, heads, run_point(model, spec), spec["metric"], args.out)
     run_ids = model["run_id"].unique()
-    write_provenance(args.out.parent, args.config_sha256, run_ids, [p.name for p in paths])
+    written = [p.name for p in paths]
+    write_provenance(args.out.parent, {"run_sha256": args.run_sha256}, run_ids, written)
     return 0
 
 
