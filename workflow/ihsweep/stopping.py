@@ -16,14 +16,14 @@ Per margin it prints the replayable runs, how many change outcome (emerged or no
 points move and the largest move in decades, and the tokens the runs would have trained against
 the tokens they trained. ``--csv`` writes one row per run and margin: ``run_id, margin,
 replayable, emerged, tokens_pt, tokens_trained`` (as the study has them), ``replay_emerged,
-replay_tokens_pt, replay_tokens_trained`` (at that margin; empty where not replayable) and
-``shift_decades`` (log10 of replayed over reported point, where both emerged).
+replay_tokens_pt, replay_tokens_trained`` (at that margin; empty where not replayable),
+``shift_decades`` (log10 of replayed over reported point, where both emerged), and
+``outcome_changed`` and ``point_moved`` (False where not replayable).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 
@@ -32,6 +32,7 @@ import pandas as pd
 from ihsweep import layout
 from ihsweep.analysis.emergence import replay_stop, run_point
 from ihsweep.config import Study, add_configfile, study_of_files
+from ihsweep.status import read_record, run_outcome
 
 # A replayed point within this many decades of the reported one has not moved (float noise of
 # the crossing's interpolation; a moved point moves by at least a checkpoint gap, ~0.1 decade).
@@ -43,12 +44,11 @@ def replay_table(study: Study, margins: list[float], root: Path = Path(".")) -> 
     emergence = study.config["emergence"]
     rows = []
     for run in study.runs:
-        record_path = root / layout.run_file(layout.RUN_JSON, run)
+        record = read_record(root, run)
         table_path = root / layout.probe_table("model", run)
-        if not (record_path.exists() and table_path.exists()):
+        if record is None or not table_path.exists():
             continue
-        record = json.loads(record_path.read_text())
-        outcome = record.get("outcome", "completed")
+        outcome = run_outcome(record, {})
         if outcome == "diverged":
             continue
         own_margin = (record["spec"].get("early_stop") or {}).get("margin_decades")
@@ -67,6 +67,8 @@ def replay_table(study: Study, margins: list[float], root: Path = Path(".")) -> 
                 "replay_tokens_pt": math.nan,
                 "replay_tokens_trained": math.nan,
                 "shift_decades": math.nan,
+                "outcome_changed": False,
+                "point_moved": False,
             }
             if replayable:
                 replay = replay_stop(series, emergence, margin)
@@ -75,8 +77,10 @@ def replay_table(study: Study, margins: list[float], root: Path = Path(".")) -> 
                     replay_tokens_pt=replay["tokens_pt"],
                     replay_tokens_trained=replay["tokens_trained"],
                 )
+                row["outcome_changed"] = replay["emerged"] != reported["emerged"]
                 if replay["emerged"] and reported["emerged"]:
-                    row["shift_decades"] = math.log10(replay["tokens_pt"] / reported["tokens_pt"])
+                    shift = math.log10(replay["tokens_pt"] / reported["tokens_pt"])
+                    row.update(shift_decades=shift, point_moved=abs(shift) > MOVED_DECADES)
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -92,8 +96,8 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
                 "margin": margin,
                 "runs": len(done),
                 "not_replayable": int((~group["replayable"]).sum()),
-                "outcome_changed": int((done["replay_emerged"] != done["emerged"]).sum()),
-                "points_moved": int((shift > MOVED_DECADES).sum()),
+                "outcome_changed": int(done["outcome_changed"].sum()),
+                "points_moved": int(done["point_moved"].sum()),
                 "max_shift_decades": float(shift.max()) if shift.notna().any() else 0.0,
                 "tokens_fraction": float(
                     done["replay_tokens_trained"].sum() / done["tokens_trained"].sum()
@@ -116,10 +120,7 @@ def main(argv=None) -> int:
         print("no run has both run.json and a model-level probe table yet")
         return 0
     print(summary(table).to_string(index=False, float_format=lambda x: f"{x:.3g}"))
-    moved = table[
-        (table["shift_decades"].abs() > MOVED_DECADES)
-        | (table["replayable"] & (table["replay_emerged"] != table["emerged"]))
-    ]
+    moved = table[table["outcome_changed"] | table["point_moved"]]
     for row in moved.itertuples():
         print(
             f"margin {row.margin:g}: {row.run_id} stops at {row.replay_tokens_trained:.4g} tokens"
