@@ -4,6 +4,7 @@
     python bench/train_speed.py --out results/bench/my-gpu.json   # then, in the study:
         execution: {device_profile: results/bench/my-gpu.json}
     python bench/train_speed.py --device cpu --threads 2 --cells 8x64 --steps 3 --quick
+    python bench/train_speed.py --compile                         # each cell eager and compiled
     python bench/train_speed.py --compare [--quick] [--compile]   # trainer vs a minimal loop
 
 For each (B, C) cell it times ``ihsweep.training.loop.train_step``, the very function the
@@ -14,7 +15,9 @@ and prints tokens/s, seconds per step, model FLOP utilisation against the device
 matmul peak (bf16 on CUDA, fp32 on the CPU) and peak memory. It then fits
 ``seconds per step = passes * step_overhead + tokens * flops_per_token / (peak * mfu)`` over
 the cells (least squares) and writes the profile ``{peak_tflops, mfu, step_overhead_ms,
-memory_gb}`` with every measured cell.
+memory_gb}`` with every measured cell. ``--compile`` also times each cell with
+``execution.compile``'s compiled loss (compiled afresh per cell; the warm-up steps' wall time,
+compiling included, is printed); the profile stays eager's, the default setting.
 
 The default model is the paper's (2 layers, 8 heads, width 768, MLP, GPT-2's vocabulary of
 50,257); ``--vocab 50304`` measures the vocabulary padded to a multiple of 64.
@@ -113,8 +116,15 @@ def peak_memory_gb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9  # the process's
 
 
-def time_cell(cfg: GPTConfig, B: int, C: int, args, device: torch.device, peak: float) -> dict:
+def time_cell(
+    cfg: GPTConfig, B: int, C: int, args, device: torch.device, peak: float, compiled=False
+) -> dict:
+    """One cell's step, eager or with ``execution.compile``'s compiled loss (``compiled``: the
+    warm-up steps compile it; their wall time is the row's ``warmup_seconds``)."""
     torch.manual_seed(0)
+    if compiled:
+        torch._dynamo.reset()  # each cell compiles afresh, as a training job does
+    loss_fn = loop.compiled_loss() if compiled else loop.next_token_loss
     model = GPT(cfg).to(device)
     optim = torch.optim.AdamW(model.parameters(), lr=2.5e-4, fused=True)
     autocast = (
@@ -131,12 +141,14 @@ def time_cell(cfg: GPTConfig, B: int, C: int, args, device: torch.device, peak: 
     ]
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
+    start = time.perf_counter()
     for i in range(args.warmup):
-        train_step(model, optim, batches[i % len(batches)], micro_batch, autocast, 1.0)
+        train_step(model, optim, batches[i % len(batches)], micro_batch, autocast, 1.0, loss_fn)
     synchronize(device)
+    warmup_seconds = time.perf_counter() - start
     start = time.perf_counter()
     for i in range(args.steps):
-        train_step(model, optim, batches[i % len(batches)], micro_batch, autocast, 1.0)
+        train_step(model, optim, batches[i % len(batches)], micro_batch, autocast, 1.0, loss_fn)
     synchronize(device)
     seconds = (time.perf_counter() - start) / args.steps
     fpt = cost.flops_per_token(cfg.to_dict(), cfg.vocab_size, C)
@@ -151,6 +163,8 @@ def time_cell(cfg: GPTConfig, B: int, C: int, args, device: torch.device, peak: 
         "flops_per_token": fpt,
         "mfu": round(tokens_per_second * fpt / (peak * 1e12), 4),
         "peak_memory_gb": round(peak_memory_gb(device), 3),
+        "compiled": compiled,
+        "warmup_seconds": round(warmup_seconds, 2),
         "estimated_memory_gb": round(
             cost.peak_memory(cfg.to_dict(), cfg.vocab_size, micro_batch, C, device.type)["total"]
             / 1e9,
@@ -617,7 +631,8 @@ def main(argv=None) -> int:
     p.add_argument(
         "--compile",
         action="store_true",
-        help="--compare: also the trainer with execution.compile: true",
+        help="also time each cell with execution.compile's compiled loss (--compare: also the "
+        "trainer with execution.compile: true)",
     )
     args = p.parse_args(argv)
     if args.compare:
@@ -639,7 +654,7 @@ def main(argv=None) -> int:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
     print(f"device {device} ({name or 'cpu'}), matmul peak {peak:.2f} TFLOP/s, torch "
           f"{torch.__version__}, model {args.model} vocab {args.vocab}", flush=True)  # fmt: skip
-    rows = []
+    rows, compiled_rows = [], []
     for B, C in cells:
         cfg = GPTConfig(vocab_size=args.vocab, n_ctx=max(C for _, C in cells), n_layer=n_layer,
                         n_head=n_head, d_model=d_model, mlp=bool(mlp))  # fmt: skip
@@ -652,12 +667,24 @@ def main(argv=None) -> int:
             f" (estimate {row['estimated_memory_gb']:.2f})",
             flush=True,
         )
+        if args.compile:
+            compiled = time_cell(cfg, B, C, args, device, peak, compiled=True)
+            compiled_rows.append(compiled)
+            print(
+                f"{'compiled':>13s} | {compiled['seconds_per_step'] * 1e3:9.2f} ms/step"
+                f" | {compiled['tokens_per_second']:11,.0f} tok/s | MFU {compiled['mfu']:.3f}"
+                f" | {row['seconds_per_step'] / compiled['seconds_per_step']:.2f}x eager"
+                f" | {args.warmup} warm-up steps {compiled['warmup_seconds']:.1f} s",
+                flush=True,
+            )
+    # The profile is eager's: execution.compile is false unless a study sets it.
     profile = fit_profile(rows, peak, device)
     print("profile:", json.dumps(profile))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         record = {"profile": profile, "device": name, "torch": torch.__version__,
-                  "model": args.model, "vocab": args.vocab, "cells": rows}  # fmt: skip
+                  "model": args.model, "vocab": args.vocab, "cells": rows,
+                  "compiled_cells": compiled_rows}  # fmt: skip
         args.out.write_text(json.dumps(record, indent=1) + "\n")
         print(f"wrote {args.out}: set execution.device_profile to this path")
     return 0

@@ -39,3 +39,15 @@ def test_compare_times_two_runs_that_end_with_the_same_weights(tmp_path):
     assert cell["cell"] == "w32:4x16:64" and len(cell["ratios"]) == 2
     assert cell["same_weights"], out
     assert cell["trainer_tokens_per_second"] > 0 and cell["minimal_tokens_per_second"] > 0
+
+
+@pytest.mark.slow
+def test_profile_mode_times_the_compiled_loss_beside_eager(tmp_path):
+    out = bench("--device", "cpu", "--cells", "4x16", "--model", "1,2,16,0", "--vocab", "64",
+                "--steps", "2", "--quick", "--compile",
+                "--out", str(tmp_path / "cpu.json"))  # fmt: skip
+    assert "x eager" in out, out
+    record = json.loads((tmp_path / "cpu.json").read_text())
+    (eager,), (compiled,) = record["cells"], record["compiled_cells"]
+    assert not eager["compiled"] and compiled["compiled"]
+    assert compiled["tokens_per_second"] > 0 and compiled["warmup_seconds"] > 0

@@ -14,11 +14,11 @@ runtime and memory.
 ``updates * micro_batches * step_overhead + tokens * flops_per_token / (peak_flops * mfu)``:
 a fixed cost per forward/backward pass (kernel launches, Python, the optimiser), which dominates
 small (B, C) cells, plus the FLOPs at a sustained fraction of the device's peak. The constants
-are a *device profile*: built-in ones for common GPUs (vendor bf16 dense peaks; ``mfu`` and
-``step_overhead_ms`` are assumptions until measured) and one measured on the development CPU;
-``bench/train_speed.py`` measures them on the user's own device and writes a profile file that
-``execution.device_profile`` accepts. The walltime asked for is
-``attempt * ceil(overhead_minutes + safety * seconds / 60)``.
+are a *device profile*: built-in ones for common GPUs (the H200's measured, the others the
+vendor's bf16 dense peak at the H200's measured ``mfu``, ``step_overhead_ms`` assumed) and one
+measured on the development CPU; ``bench/train_speed.py`` measures them on the user's own
+device and writes a profile file that ``execution.device_profile`` accepts. The walltime asked
+for is ``attempt * ceil(overhead_minutes + safety * seconds / 60)``.
 
 **Memory.** Peak bytes of a training step at micro-batch m: the runtime (CUDA context or the
 CPU process), fp32 weights, gradients and AdamW's two moments (16 bytes per parameter, plus a
@@ -61,7 +61,15 @@ MEMORY_MARGIN = 0.85  # auto picks a micro-batch whose estimate is within this s
 # matmul peak, bf16 being slower there); mfu, the sustained fraction of it on this model;
 # step_overhead_ms, the fixed cost of one forward/backward pass; memory_gb, what the job can use
 # (null: the job's host memory, execution.train_mem_mb). `source` says where numbers come from.
-GPU_ASSUMED = "vendor peak; mfu and step overhead assumed, not measured: run bench/train_speed.py"
+# The GPU profiles other than h200 are not measured: the vendor's peak, and the mfu that the
+# paper model sustained against that peak on an H200 (eager bf16, vocabulary 50,257: 67 TFLOP/s
+# of 989; the unpadded vocabulary sends its output matmul to slow kernels), where 0.3 was
+# assumed before and proved 4.4x too fast. Measure yours with bench/train_speed.py.
+GPU_ASSUMED = (
+    "vendor peak; mfu taken from the H200's measurement, step overhead assumed: "
+    "run bench/train_speed.py"
+)
+GPU_MFU = 0.07
 DEVICE_PROFILES = {
     "cpu": {
         # One thread: fp32 matmul peak ~160 GFLOP/s; the default-study model trains at 15-23k
@@ -72,12 +80,20 @@ DEVICE_PROFILES = {
         "memory_gb": None,
         "source": "one thread of the 2-core development machine, measured (README)",
     },
-    "a10": {"peak_tflops": 125, "mfu": 0.3, "step_overhead_ms": 3.0, "memory_gb": 24},
-    "l40s": {"peak_tflops": 362, "mfu": 0.3, "step_overhead_ms": 3.0, "memory_gb": 48},
-    "a100-40gb": {"peak_tflops": 312, "mfu": 0.3, "step_overhead_ms": 3.0, "memory_gb": 40},
-    "a100-80gb": {"peak_tflops": 312, "mfu": 0.3, "step_overhead_ms": 3.0, "memory_gb": 80},
-    "h100": {"peak_tflops": 989, "mfu": 0.3, "step_overhead_ms": 3.0, "memory_gb": 80},
-    "h200": {"peak_tflops": 989, "mfu": 0.3, "step_overhead_ms": 3.0, "memory_gb": 141},
+    "a10": {"peak_tflops": 125, "mfu": GPU_MFU, "step_overhead_ms": 3.0, "memory_gb": 24},
+    "l40s": {"peak_tflops": 362, "mfu": GPU_MFU, "step_overhead_ms": 3.0, "memory_gb": 48},
+    "a100-40gb": {"peak_tflops": 312, "mfu": GPU_MFU, "step_overhead_ms": 3.0, "memory_gb": 40},
+    "a100-80gb": {"peak_tflops": 312, "mfu": GPU_MFU, "step_overhead_ms": 3.0, "memory_gb": 80},
+    "h100": {"peak_tflops": 989, "mfu": GPU_MFU, "step_overhead_ms": 3.0, "memory_gb": 80},
+    "h200": {
+        # bench/train_speed.py on one H200 (torch 2.11, CUDA 13.0, eager bf16): the measured
+        # bf16 matmul peak, and the fit over (B, C) = (8, 64), (32, 256), (256, 1024) (README).
+        "peak_tflops": 807,
+        "mfu": 0.083,
+        "step_overhead_ms": 1.0,
+        "memory_gb": 141,
+        "source": "one H200, measured, eager (README)",
+    },
 }
 for _name, _profile in DEVICE_PROFILES.items():
     _profile.setdefault("source", GPU_ASSUMED)
