@@ -1,5 +1,6 @@
 """bench/train_speed.py runs: its profile mode on the CPU, and --compare, whose trainer and
-minimal loop must end with the same weights (the benchmark compares two equal computations)."""
+minimal loop must end with the same weights (the benchmark compares two equal computations).
+bench/step_startup.py times the steps' imports against a git ref, and sees no step load scipy."""
 
 from __future__ import annotations
 
@@ -13,9 +14,9 @@ from conftest import REPO
 SCRIPT = str(REPO / "bench" / "train_speed.py")
 
 
-def bench(*args: str) -> str:
+def bench(*args: str, script: str = SCRIPT) -> str:
     proc = subprocess.run(
-        [sys.executable, SCRIPT, *args], capture_output=True, text=True, timeout=600
+        [sys.executable, script, *args], capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout
@@ -51,3 +52,16 @@ def test_profile_mode_times_the_compiled_loss_beside_eager(tmp_path):
     (eager,), (compiled,) = record["cells"], record["compiled_cells"]
     assert not eager["compiled"] and compiled["compiled"]
     assert compiled["tokens_per_second"] > 0 and compiled["warmup_seconds"] > 0
+
+
+def test_step_startup_times_both_trees_and_no_step_loads_scipy():
+    """scipy.stats and scipy.optimize cost ~0.8 s of every job's start-up; only the fitted
+    emergence rules, the law fit's lack-of-fit test and the frontier's fits use them, so no step
+    may load scipy on import."""
+    out = bench("--baseline", "HEAD", "--repeats", "1", "--steps", "train", "run_figure",
+                script=str(REPO / "bench" / "step_startup.py"))  # fmt: skip
+    rows = {line.split()[0]: line for line in out.splitlines()[2:]}
+    assert set(rows) == {"train", "run_figure"}, out
+    assert "torch" in rows["train"] and "matplotlib" in rows["run_figure"], out
+    loaded_here = [row.split("x  ", 1)[1].split(" (baseline")[0] for row in rows.values()]
+    assert not any("scipy" in loaded for loaded in loaded_here), out

@@ -107,7 +107,10 @@ import warnings
 
 import numpy as np
 import pandas as pd
-from scipy import optimize, special, stats
+
+# scipy is imported inside the fitted rules that use it: importing scipy.stats and
+# scipy.optimize takes ~0.8 s, and every training, probe and figure job imports this module for
+# the default `crossing` rule, which needs neither (bench/step_startup.py).
 
 METHODS = ("breakpoint", "sigmoid", "crossing")
 METRICS = ("ps_max", "la_max", "ar_acc")
@@ -412,6 +415,8 @@ def _fit_ramp(x: np.ndarray, y: np.ndarray) -> dict:
     tol = 1e-12 * max(float(np.sum((y - y.mean()) ** 2)), 1e-300)
     tied = grid[profile <= sse_min + tol]
     dof = len(x) - 4
+    from scipy import stats
+
     bound = sse_min * (1.0 + stats.f.ppf(CONFIDENCE, 1, dof) / dof) + tol
     inside = grid[profile <= bound]
     return {"x": float(np.median(tied)), "lo": float(inside.min()), "hi": float(inside.max())}
@@ -438,11 +443,15 @@ def _first_crossing(x: np.ndarray, y: np.ndarray, min_rise: float) -> dict:
 
 
 def _sigmoid(x, lo, hi, k, x0):
+    from scipy import special
+
     return lo + (hi - lo) * special.expit(k * (x - x0))
 
 
 def _sigmoid_jac(x, lo, hi, k, x0):
     # Analytic Jacobian: several times fewer function calls than finite differences.
+    from scipy import special
+
     s = special.expit(k * (x - x0))
     ds = (hi - lo) * s * (1.0 - s)
     return np.column_stack([1.0 - s, s, ds * (x - x0), -ds * k])
@@ -472,6 +481,8 @@ def _fit_sigmoid(x: np.ndarray, y: np.ndarray) -> dict:
     # checkpoint on the slope: x0 is then only known to lie in that gap, and the linearised
     # covariance is meaningless (often huge, sometimes zero).
     if math.isfinite(sd) and 2 * math.log(9) / k >= gap_hi - gap_lo:
+        from scipy import stats
+
         z = stats.norm.ppf(0.5 + CONFIDENCE / 2)
         a, b = x0 - z * sd, x0 + z * sd
     else:
@@ -481,6 +492,8 @@ def _fit_sigmoid(x: np.ndarray, y: np.ndarray) -> dict:
 
 def _curve_fit_once(x, y, p0, bounds):
     """(SSE, parameters, covariance) of one curve_fit from ``p0``, or None if it fails."""
+    from scipy import optimize
+
     try:
         with warnings.catch_warnings():
             # Covariance warnings are handled by the caller's interval rule.

@@ -69,7 +69,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import optimize
 
 CELL_KEYS = ("frequency", "reliability")
 PROPERTY_KEYS = ("dependency", "categorial", "marginal", "frequency", "reliability")
@@ -431,6 +430,8 @@ def _ridge_logistic(x, successes, trials, ridge) -> tuple[float, float, float]:
         p = _expit(design @ beta)
         return (design.T * (trials * p * (1 - p))) @ design + np.diag(penalty)
 
+    from scipy import optimize  # here: every run's figure job imports this module
+
     fit = optimize.minimize(
         objective,
         np.zeros(3),
@@ -456,6 +457,8 @@ def _separable(x, successes, trials) -> bool:
             np.column_stack([neg, -np.ones(len(neg))]),
         ]
     )
+    from scipy import optimize
+
     lp = optimize.linprog(
         np.zeros(3),
         A_ub=a_ub,

@@ -70,7 +70,6 @@ import math
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 MIN_RUNS = 4  # three coefficients plus at least one residual degree of freedom
 CONFIDENCE = 0.95
@@ -285,6 +284,8 @@ def _seed_noise(runs: pd.DataFrame, y: np.ndarray, predicted: np.ndarray) -> dic
         return out | {"seed_note": f"{out['seed_note']}; no lack-of-fit test ({why})"}
     ss_lack = max(float(np.sum((y - predicted) ** 2)) - ss_within, 0.0)
     f_stat = (ss_lack / df_lof) / (ss_within / df_within)
+    from scipy import stats  # here: ihsweep.config imports this module in every job
+
     return out | {
         "lack_of_fit_F": _num(f_stat),
         "lack_of_fit_df": [df_lof, df_within],
