@@ -36,7 +36,8 @@ def test_paper_study_is_the_full_grid(paper_dry_run):
         "tokenize": 1, "chunk": 5, "train": 30, "probe": 30, "run_figure": 30,
         "aggregate_natural": 1, "all": 1,
     }  # fmt: skip
-    assert "Using profile slurm" in paper_dry_run
+    # The slurm profile, and under it the workflow profile (scheduler timing) that every run reads.
+    assert "Using profiles slurm and workflow specific profile profiles/default" in paper_dry_run
 
 
 def resources_of(out: str, rule: str) -> list[str]:
