@@ -27,12 +27,10 @@ STEPS = ("train", "probe", "run_figure", "chunk", "aggregate_natural", "aggregat
 HEAVY = ("torch", "torch._dynamo", "scipy", "matplotlib", "pandas", "jsonschema", "transformers")
 
 PROBE = """
-import sys, time
-t0 = time.perf_counter()
+import sys
 import ihsweep.steps.{step}
-seconds = time.perf_counter() - t0
 import ihsweep, json
-print(json.dumps({{"file": ihsweep.__file__, "seconds": seconds,
+print(json.dumps({{"file": ihsweep.__file__,
                   "heavy": [m for m in {heavy!r} if m in sys.modules]}}))
 """
 
