@@ -11,6 +11,7 @@ trains within 1.5 GB, measured.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import re
@@ -255,3 +256,25 @@ def test_snakemake_dry_run_prints_the_cost_table(tmp_path):
     assert re.search(rf"rule tokenize:\n(.*\n)*?.*resources: .*runtime={minutes}\b", output)
     chunk = study.chunk_minutes("cc100", 1024)
     assert re.search(rf"rule chunk:\n(.*\n)*?.*resources: .*runtime={chunk}, mem_mb=4000", output)
+
+
+def test_cost_report_says_what_an_auto_study_costs_on_the_cpu():
+    default = yaml.safe_load((REPO / "config.yaml").read_text())
+
+    def study(**execution):  # prepare() expands the config it is given, so each gets a copy
+        config = copy.deepcopy(default)
+        config["execution"].update(execution)
+        return prepare(config, SCHEMA)
+
+    gpu_sized = study()  # device auto: the rule asks for a GPU, so the jobs are sized for one
+    assert gpu_sized.profile["name"] == cost.DEFAULT_GPU_PROFILE
+    cpu_sized = study(device="cpu")
+    hours = cost.cost_table(cpu_sized).gpu_hours.sum()
+    assert hours > 2 * cost.cost_table(gpu_sized).gpu_hours.sum()
+    report = cost.cost_report(gpu_sized)
+    assert report.startswith(cost.format_cost(cost.cost_table(gpu_sized), gpu_sized.profile))
+    assert f"without a GPU the jobs train on the CPU: about {hours:.1f} core-hours" in report
+    # Sized for the CPU, or for a GPU the user named, the table stands alone.
+    table = cost.format_cost(cost.cost_table(cpu_sized), cpu_sized.profile)
+    assert cost.cost_report(cpu_sized) == table
+    assert "without a GPU" not in cost.cost_report(study(device_profile="h200"))

@@ -32,6 +32,7 @@ against measured peaks.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import glob
 import json
 import math
@@ -313,6 +314,26 @@ def format_cost(table, profile: dict) -> str:
     return f"{shown.to_string(index=False)}\n{totals}\n{device}"
 
 
+def cost_report(study) -> str:
+    """The cost table that `python -m ihsweep.cost` and a dry run print. When `auto` sized the
+    jobs for a GPU (device and device_profile both auto, the rule asking for a GPU), a last line
+    says what the same runs cost on the CPU, where they train on a machine without one."""
+    text = format_cost(cost_table(study), study.profile)
+    execution = study.config["execution"]
+    on_auto = execution["device"] == "auto" and execution["device_profile"] == "auto"
+    if not on_auto or profile_device_type(study.profile) == "cpu":
+        return text
+    on_cpu = dataclasses.replace(study, profile=device_profile({**execution, "device": "cpu"}))
+    try:
+        hours = cost_table(on_cpu).gpu_hours.sum()
+    except ValueError:  # a cell that fits the GPU but not the CPU job's memory
+        return text
+    return (
+        f"{text}\nwithout a GPU the jobs train on the CPU: about {hours:.1f} core-hours at the "
+        "full budgets, one thread per job (set execution.device: cpu to size the jobs for it)"
+    )
+
+
 def main(argv=None) -> int:
     from ihsweep.config import add_configfile, study_of_files
 
@@ -321,10 +342,9 @@ def main(argv=None) -> int:
     parser.add_argument("--csv", type=Path, help="also write the table as CSV")
     args = parser.parse_args(argv)
     study = study_of_files(args.configfile)
-    table = cost_table(study)
-    print(format_cost(table, study.profile))
+    print(cost_report(study))
     if args.csv:
-        table.to_csv(args.csv, index=False)
+        cost_table(study).to_csv(args.csv, index=False)
     return 0
 
 

@@ -204,7 +204,6 @@ def is_dry_run(argv):
 
 if workflow.is_main_process and is_dry_run(sys.argv[1:]):
     print(
-        "Estimated cost (python -m ihsweep.cost):\n"
-        + cost.format_cost(cost.cost_table(STUDY), STUDY.profile),
+        f"Estimated cost (python -m ihsweep.cost):\n{cost.cost_report(STUDY)}",
         file=sys.stderr,
     )
