@@ -271,10 +271,11 @@ def test_cost_report_says_what_an_auto_study_costs_on_the_cpu():
     cpu_sized = study(device="cpu")
     hours = cost.cost_table(cpu_sized).gpu_hours.sum()
     assert hours > 2 * cost.cost_table(gpu_sized).gpu_hours.sum()
-    report = cost.cost_report(gpu_sized)
+    report = cost.cost_report(gpu_sized, cost.cost_table(gpu_sized))
     assert report.startswith(cost.format_cost(cost.cost_table(gpu_sized), gpu_sized.profile))
     assert f"without a GPU the jobs train on the CPU: about {hours:.1f} core-hours" in report
     # Sized for the CPU, or for a GPU the user named, the table stands alone.
     table = cost.format_cost(cost.cost_table(cpu_sized), cpu_sized.profile)
-    assert cost.cost_report(cpu_sized) == table
-    assert "without a GPU" not in cost.cost_report(study(device_profile="h200"))
+    assert cost.cost_report(cpu_sized, cost.cost_table(cpu_sized)) == table
+    named = study(device_profile="h200")
+    assert "without a GPU" not in cost.cost_report(named, cost.cost_table(named))

@@ -314,11 +314,12 @@ def format_cost(table, profile: dict) -> str:
     return f"{shown.to_string(index=False)}\n{totals}\n{device}"
 
 
-def cost_report(study) -> str:
-    """The cost table that `python -m ihsweep.cost` and a dry run print. When `auto` sized the
-    jobs for a GPU (device and device_profile both auto, the rule asking for a GPU), a last line
-    says what the same runs cost on the CPU, where they train on a machine without one."""
-    text = format_cost(cost_table(study), study.profile)
+def cost_report(study, table) -> str:
+    """The cost table (``cost_table(study)``) as `python -m ihsweep.cost` and a dry run print it.
+    When `auto` sized the jobs for a GPU (device and device_profile both auto, the rule asking
+    for a GPU), a last line says what the same runs cost on the CPU, where they train on a
+    machine without one."""
+    text = format_cost(table, study.profile)
     execution = study.config["execution"]
     on_auto = execution["device"] == "auto" and execution["device_profile"] == "auto"
     if not on_auto or profile_device_type(study.profile) == "cpu":
@@ -342,9 +343,10 @@ def main(argv=None) -> int:
     parser.add_argument("--csv", type=Path, help="also write the table as CSV")
     args = parser.parse_args(argv)
     study = study_of_files(args.configfile)
-    print(cost_report(study))
+    table = cost_table(study)
+    print(cost_report(study, table))
     if args.csv:
-        cost_table(study).to_csv(args.csv, index=False)
+        table.to_csv(args.csv, index=False)
     return 0
 
 
