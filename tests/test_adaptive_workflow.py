@@ -21,6 +21,9 @@ from conftest import REPO, job_stats, run_study, snakemake, study_text
 from ihsweep import layout
 from ihsweep.config import prepare
 
+# The aggregates of the test studies, which keep the schema's default name (`study`).
+NATURAL = layout.natural_dir("default")
+
 pytestmark = pytest.mark.slow
 
 CONFIG = study_text("adaptive")
@@ -57,16 +60,16 @@ def test_the_diverged_run_is_named_with_its_step_and_learning_rate(study):
 
 def test_tables_law_fit_and_report_list_the_diverged_run(study):
     workdir, prepared, _, _ = study
-    emergence = pd.read_csv(workdir / layout.aggregate_file("emergence.csv", layout.NATURAL))
+    emergence = pd.read_csv(workdir / layout.aggregate_file("emergence.csv", NATURAL))
     row = emergence.set_index("run_id").loc[DIVERGED]
     assert row["outcome"] == "diverged" and not row["emerged"]
     assert row["reason"].startswith("diverged: train loss nan at step")
     others = emergence[emergence["run_id"] != DIVERGED]
     assert (others["outcome"] == "completed").all()
     assert (others["tokens_trained"] == others["budget"]).all()  # none emerged, none stopped
-    fit = json.loads((workdir / layout.aggregate_file("lawfit.json", layout.NATURAL)).read_text())
+    fit = json.loads((workdir / layout.aggregate_file("lawfit.json", NATURAL)).read_text())
     assert fit["diverged_run_ids"] == [DIVERGED]
-    page = (workdir / layout.aggregate_file("emergence.html", layout.NATURAL)).read_text()
+    page = (workdir / layout.aggregate_file("emergence.html", NATURAL)).read_text()
     assert "diverged" in page and DIVERGED in page
 
 

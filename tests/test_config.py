@@ -38,6 +38,10 @@ from ihsweep.data.natural import copy_length_range, draw_copies
 from ihsweep.provenance import config_sha256
 from snakemake.utils import update_config
 
+# The aggregates of the test studies, which keep the schema's default name (`study`).
+NATURAL_DIR = layout.natural_dir("default")
+MARKOV_DIR = layout.markov_dir("default")
+
 BASE = study_text("base")
 RUNS_TINY = "runs: [{data: kjv-copy, model: tiny, batch_size: 8, context_size: %s}]"
 
@@ -767,8 +771,8 @@ class SpecSeen(Exception):
 # Each command that finds emergence points, with its other required arguments.
 AGGREGATE_COMMANDS = {
     "run_figure": ["--probes", "probes", "--out", "figures/run"],
-    "aggregate_natural": ["--model-tables", "model.parquet"],
-    "aggregate_markov": ["--model-tables", "model.parquet", "--datasets", "{}"],
+    "aggregate_natural": ["--model-tables", "model.parquet", "--out-dir", "natural"],
+    "aggregate_markov": ["--model-tables", "model.parquet", "--datasets", "{}", "--out-dir", "m"],
 }
 
 
@@ -829,8 +833,8 @@ def test_the_rules_pass_whole_sections_to_the_aggregate_commands(tmp_path):
             assert json.loads(flag(args, "--emergence")) == emergence, (step, args)
     (natural,) = commands["aggregate_natural"]
     assert json.loads(flag(natural, "--lawfit")) == lawfit
-    assert flag(natural, "--out-dir") == layout.NATURAL
-    assert flag(commands["aggregate_markov"][0], "--out-dir") == layout.MARKOV
+    assert flag(natural, "--out-dir") == NATURAL_DIR
+    assert flag(commands["aggregate_markov"][0], "--out-dir") == MARKOV_DIR
 
 
 # --------------------------------------------------------------------------------------------

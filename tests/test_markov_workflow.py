@@ -20,6 +20,9 @@ from conftest import job_stats, run_study, snakemake, study_text
 from ihsweep import layout
 from ihsweep.config import prepare
 
+# The aggregates of the test studies, which keep the schema's default name (`study`).
+MARKOV = layout.markov_dir("default")
+
 pytestmark = pytest.mark.slow
 
 CONFIG = study_text("markov")
@@ -108,7 +111,7 @@ def test_unreachable_frequency_is_a_config_error(tmp_path: Path):
 
 
 def test_markov_aggregate(study):
-    out = study.dir / layout.MARKOV
+    out = study.dir / MARKOV
     runs = pd.read_csv(out / "emergence.csv")
     assert sorted(runs["data"]) == sorted(run.data for run in study.study.runs)
     semi = runs[runs["grid"] == "semi"].sort_values("frequency")
@@ -122,6 +125,6 @@ def test_markov_aggregate(study):
                        for e in ("png", "pdf")}  # fmt: skip
     # The DAG asked for what the aggregate wrote: layout.markov_outputs of the same stems.
     stems = ["frontier-semi-tiny-B8-C32", "properties", "generator"]
-    expected = layout.markov_outputs(stems)
+    expected = layout.markov_outputs(stems, MARKOV)
     assert all((study.dir / f).is_file() for f in expected), expected
     assert {Path(f).name for f in expected if "/figures/" in f} == figures

@@ -32,10 +32,14 @@ from ihsweep.analysis.lawfit import QUANTITIES
 from ihsweep.config import Run
 from ihsweep.report import findings
 
+# The aggregates of the test studies, which keep the schema's default name (`study`).
+NATURAL = layout.natural_dir("default")
+MARKOV = layout.markov_dir("default")
+
 pytestmark = pytest.mark.slow
 
 CONFIG = study_text("report")
-FOLDERS = [layout.NATURAL, layout.MARKOV]
+FOLDERS = [NATURAL, MARKOV]
 FIGURE_DIRS = [f"{folder}/figures" for folder in FOLDERS]
 RUNS = [Run("kjv", "tiny", 4, 16, 0), Run("kjv", "tiny", 8, 16, 0)]
 MARKOV_RUNS = [Run("semi-f0.3-r0.5", "tiny", 8, 32, 0), Run("semi-f0.5-r0.5", "tiny", 8, 32, 0)]
@@ -48,13 +52,13 @@ def run_figure_dir(run: Run) -> str:
 
 # Every result in the report: figures (None), and tables with their number of rows.
 RESULTS = {
-    **{f: None for f in layout.figure_files(layout.NATURAL_FIGURES, layout.NATURAL)[::2]},
-    **{f: None for f in layout.figure_files(["frontier-semi-tiny-B8-C32"], layout.MARKOV)[::2]},
-    **{f: None for f in layout.figure_files(["generator"], layout.MARKOV)[::2]},
+    **{f: None for f in layout.figure_files(layout.NATURAL_FIGURES, NATURAL)[::2]},
+    **{f: None for f in layout.figure_files(["frontier-semi-tiny-B8-C32"], MARKOV)[::2]},
+    **{f: None for f in layout.figure_files(["generator"], MARKOV)[::2]},
     **{layout.run_figures(run)[0]: None for run in RUNS + MARKOV_RUNS},
-    layout.aggregate_file("emergence.html", layout.NATURAL): len(RUNS),
-    layout.aggregate_file("lawfit.html", layout.NATURAL): len(QUANTITIES),  # one row each
-    layout.aggregate_file("emergence.html", layout.MARKOV): len(MARKOV_RUNS),
+    layout.aggregate_file("emergence.html", NATURAL): len(RUNS),
+    layout.aggregate_file("lawfit.html", NATURAL): len(QUANTITIES),  # one row each
+    layout.aggregate_file("emergence.html", MARKOV): len(MARKOV_RUNS),
 }
 assert all(f.endswith((".png", ".html")) for f in RESULTS)
 
@@ -95,7 +99,7 @@ def test_figures_target_rebuilds_byte_identical_files_without_training(study):
 def test_every_output_folder_records_its_provenance(study):
     # Aggregates record the study's hash; a run's figures the run's own (ihsweep.provenance).
     hashes = {"config_sha256": set(), "run_sha256": set()}
-    for folder, key in [(layout.NATURAL, "config_sha256"), (layout.MARKOV, "config_sha256")] + [
+    for folder, key in [(NATURAL, "config_sha256"), (MARKOV, "config_sha256")] + [
         (run_figure_dir(run), "run_sha256") for run in RUNS + MARKOV_RUNS
     ]:
         record = json.loads((study.dir / folder / "provenance.json").read_text())
@@ -106,7 +110,7 @@ def test_every_output_folder_records_its_provenance(study):
         hashes[key].add(record[key])
     assert len(hashes["config_sha256"]) == 1
     assert len(hashes["run_sha256"]) == len(RUNS + MARKOV_RUNS)
-    natural = json.loads((study.dir / layout.NATURAL / layout.PROVENANCE).read_text())
+    natural = json.loads((study.dir / NATURAL / layout.PROVENANCE).read_text())
     assert natural["runs"] == ["kjv/tiny/B4-C16-s0", "kjv/tiny/B8-C16-s0"]
     assert natural["runs"] == [run.id for run in RUNS]
     assert "figures/law_fit.png" in natural["outputs"]
@@ -150,7 +154,7 @@ def test_report_zip_holds_every_result_as_a_file(study, reports):
     names = sorted(p.name for p in folder.rglob("*") if p.is_file() and p != reports["zip"])
     assert names == sorted(Path(p).name for p in RESULTS)
     law_fit = next(folder.rglob("law_fit.png")).read_bytes()
-    assert law_fit == (study.dir / layout.NATURAL / "figures/law_fit.png").read_bytes()
+    assert law_fit == (study.dir / NATURAL / "figures/law_fit.png").read_bytes()
 
 
 # The report is a React app: the menu lists categories, a category its subcategories, a
@@ -170,7 +174,7 @@ FRAME_SHOWN = (
     ".some(f => f.getAttribute('src') === results[{path!r}].data_uri)"
 )
 FINDINGS_LINK = "[...document.querySelectorAll('.prose a')].find(a => a.innerText === {!r}).href"
-RESULT_PATH = {"frontier": f"{layout.MARKOV}/figures/frontier-semi-tiny-B8-C32.png"}
+RESULT_PATH = {"frontier": f"{MARKOV}/figures/frontier-semi-tiny-B8-C32.png"}
 TABLE_ROWS = "document.readyState === 'complete' && document.querySelectorAll('tbody tr').length"
 
 
@@ -217,7 +221,8 @@ def test_clicking_through_the_report_shows_every_figure_and_table(study, reports
         page = browser.open(url)
         page.wait_for(READY)
         front = page.evaluate("document.body.innerText")  # the study, from the config
-        assert "This study." in front and "Emergence rule." in front and "lawfit.html" in front
+        assert "This study (default)." in front and "Emergence rule." in front
+        assert "lawfit.html" in front
         link = page.evaluate(FINDINGS_LINK.format("frontier-semi-tiny-B8-C32.png"))
         page.screenshot(tmp_path / "front.png")
         results = page.evaluate("results")
@@ -235,13 +240,13 @@ def test_clicking_through_the_report_shows_every_figure_and_table(study, reports
     # this study's budget: the law is not fitted, the verdict undetermined, with their reasons).
     summary = " ".join(front.replace(findings.NB_HYPHEN, "-").split())
     assert summary.index("Findings of this study") < summary.index("ihsweep measures")
-    fit = json.loads((study.dir / layout.NATURAL / "lawfit.json").read_text())
+    fit = json.loads((study.dir / NATURAL / "lawfit.json").read_text())
     assert not fit["ok"]
     assert (
         f"Experiment 1: when IHs emerge (natural data). The law U_pt = T / (B^a C^b) was not"
         f" fitted: {fit['reason']}. {fit['n_runs']} of {len(RUNS)} runs emerged;"
     ) in summary
-    setting = json.loads((study.dir / layout.MARKOV / "frontier.json").read_text())
+    setting = json.loads((study.dir / MARKOV / "frontier.json").read_text())
     verdict, timing = (setting["semi-tiny-B8-C32"][key] for key in ("sensitivity", "timing"))
     assert verdict["verdict"] == timing["verdict"] == "undetermined"
     assert (

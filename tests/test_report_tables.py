@@ -22,6 +22,10 @@ from ihsweep.report.findings import law_findings
 from ihsweep.report.tables import law_fit, markov_emergence, natural_emergence
 from jinja2 import Environment
 
+# The aggregates of the test studies, which keep the schema's default name (`study`).
+NATURAL = layout.natural_dir("default")
+MARKOV = layout.markov_dir("default")
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -482,11 +486,12 @@ def front_page(workdir: Path, results: list[str], monkeypatch) -> str:
     html = publish_parts(text, writer="html", settings_overrides={"halt_level": 2})["body"]
     text = re.sub(r"<style>.*?</style>|<[^>]+>", " ", html, flags=re.S)
     text = re.sub(r"\s+", " ", htmlmod.unescape(text).replace(findings.NB_HYPHEN, "-"))
+    text = re.sub(r"\(\s+", "(", text)  # "( x )": where a tag became a space
     return re.sub(r"\s+([.,:;)])", r"\1", text).strip()
 
 
-NATURAL_RESULTS = [f"{layout.NATURAL}/lawfit.html", f"{layout.NATURAL}/figures/law_fit.png"]
-MARKOV_RESULTS = [f"{layout.MARKOV}/figures/{s}.png" for s in ("frontier-semi-w64-B8-C32",
+NATURAL_RESULTS = [f"{NATURAL}/lawfit.html", f"{NATURAL}/figures/law_fit.png"]
+MARKOV_RESULTS = [f"{MARKOV}/figures/{s}.png" for s in ("frontier-semi-w64-B8-C32",
                                                                  "generator")]  # fmt: skip
 
 
@@ -494,7 +499,7 @@ def test_front_page_opens_with_the_findings_and_says_what_is_not_in_the_study(
     tmp_path, monkeypatch
 ):
     runs = natural_runs()
-    natural = natural_folder(tmp_path / "results", runs, known_fit(runs))
+    natural = natural_folder(tmp_path / layout.study_dir("default"), runs, known_fit(runs))
     write_findings(natural, "natural")
     page = front_page(tmp_path, NATURAL_RESULTS, monkeypatch)
     assert page.startswith(
@@ -508,10 +513,11 @@ def test_front_page_opens_with_the_findings_and_says_what_is_not_in_the_study(
         " report: the study has no Markov-data runs, or they are not aggregated yet."
         " ihsweep measures when induction heads"
     ) in page  # the findings come first, then what the study is
-    assert "This study. 2 run entries" in page
+    assert "This study (default). 2 run entries" in page
 
     bigram = {(f, r): r >= 0.5 and (f, r) != (0.1, 0.5) for f, r in GRID}
-    write_findings(markov_folder(tmp_path / "results", markov_runs(bigram)), "markov")
+    folder = markov_folder(tmp_path / layout.study_dir("default"), markov_runs(bigram))
+    write_findings(folder, "markov")
     page = front_page(tmp_path, MARKOV_RESULTS, monkeypatch)
     assert page.startswith(
         "Findings of this study, each computed from its aggregate tables, beside the paper's."

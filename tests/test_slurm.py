@@ -38,6 +38,9 @@ from ihsweep.config import Run
 from ihsweep.training.checkpoints import list_checkpoints, load_weights
 from slurm_cluster import LocalSlurm, missing_requirements
 
+# The aggregates of the test studies, which keep the schema's default name (`study`).
+NATURAL = layout.natural_dir("default")
+
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(missing_requirements() is not None, reason=str(missing_requirements())),
@@ -179,7 +182,7 @@ def test_smallest_study_completes_under_slurm(small):
     # Every non-local job went through sbatch; the aggregate ran beside the driver.
     assert len(submitted_ids(out)) == stats["tokenize"] + stats["chunk"] + 2 * 2
     assert "localrule aggregate_natural" in out and "localrule run_figure" in out
-    assert all((small.dir / f).is_file() for f in layout.natural_outputs())
+    assert all((small.dir / f).is_file() for f in layout.natural_outputs(NATURAL))
     for ctx in (16, 32):
         run = json.loads((run_dir(small.dir, ctx) / layout.RUN_JSON).read_text())
         assert run["tokens"] == 20000 // (8 * ctx) * 8 * ctx

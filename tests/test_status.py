@@ -22,6 +22,9 @@ from ihsweep.config import Run, prepare
 from ihsweep.status import main, run_state, status_table, totals
 from ihsweep.training.loop import read_progress, write_progress
 
+# The aggregates of the test studies, which keep the schema's default name (`study`).
+NATURAL = layout.natural_dir("default")
+
 CONFIG = """
 models: {m: {n_layer: 1, n_head: 1, d_model: 8, mlp: false, n_ctx: 64}}
 probe: {min_layer: 0}
@@ -88,12 +91,12 @@ def study(tmp_path, monkeypatch):
     write_run(tmp_path, 8, progress=("interrupted", 330000, {"signal": 15}), ckpt=320000, age=900)
     write_run(tmp_path, 16, progress=("failed", 160000, {"error": ERROR}), age=900)
     write_run(tmp_path, 32, progress=("running", 96000, {}), age=900)  # silent for 15 minutes
-    (tmp_path / "results/natural").mkdir(parents=True)
+    (tmp_path / NATURAL).mkdir(parents=True)
     pd.DataFrame(
         {"run_id": [run_id(1), run_id(2)], "emerged": [True, False], "tokens_pt": [5000.0, None]}
-    ).to_csv(tmp_path / "results/natural/emergence.csv", index=False)
+    ).to_csv(tmp_path / NATURAL / "emergence.csv", index=False)
     fit = {"ok": True, "log10_T": 3.0, "a": 1.0, "b": 0.0}  # U = 1000 / B updates
-    (tmp_path / "results/natural/lawfit.json").write_text(json.dumps(fit))
+    (tmp_path / NATURAL / "lawfit.json").write_text(json.dumps(fit))
     return prepared
 
 
@@ -204,7 +207,7 @@ def ended(study, tmp_path):
             "tokens_lo": [4000.0, 4500.0, 8000.0, None, None],
             "tokens_hi": [6000.0, 5500.0, 12000.0, None, None],
         }
-    ).to_csv(tmp_path / "results/natural/emergence.csv", index=False)
+    ).to_csv(tmp_path / NATURAL / "emergence.csv", index=False)
     return study
 
 

@@ -17,6 +17,7 @@ import yaml
 transformers = pytest.importorskip("transformers")
 
 from conftest import REPO, job_stats, run_study, snakemake  # noqa: E402
+from ihsweep import layout  # noqa: E402
 from ihsweep.config import ConfigError, prepare  # noqa: E402
 from ihsweep.probing.hf import load_revision  # noqa: E402
 from ihsweep.probing.run import HEAD_COLUMNS, MODEL_COLUMNS, RECORD_COLUMNS  # noqa: E402
@@ -24,6 +25,9 @@ from ihsweep.probing.scores import make_probe_batch  # noqa: E402
 from ihsweep.probing.suite import PYTHIA_REVISIONS, revision_step  # noqa: E402
 from ihsweep.steps import probe_suite as step  # noqa: E402
 from test_hf import PROBE, REVISIONS, C, V, reference_scores, save_revisions, tiny  # noqa: E402
+
+# The aggregates of the test studies, which keep the schema's default name (`study`).
+NATURAL = layout.natural_dir("default")
 
 B = 8
 
@@ -148,12 +152,12 @@ def test_two_suites_through_the_dag_give_the_size_term(tmp_path):
              "probe": PROBE, "execution": {"device": "cpu"}}  # fmt: skip
     result = run_study(tmp_path, json.dumps(study))
     assert job_stats(result.out) == {"probe_suite": 2, "aggregate_natural": 1, "all": 1}
-    emergence = pd.read_csv(tmp_path / "results/natural/emergence.csv")
+    emergence = pd.read_csv(tmp_path / NATURAL / "emergence.csv")
     assert sorted(emergence["model"]) == ["large", "small"]
     assert set(emergence["batch_size"]) == {B} and set(emergence["context_size"]) == {C}
-    fit = json.loads((tmp_path / "results/natural/lawfit.json").read_text())
+    fit = json.loads((tmp_path / NATURAL / "lawfit.json").read_text())
     assert fit["ok"] is False  # one B and C: no a, b
     for stem in ("model_size", "run_curves", "law_fit", "emergence_vs_BC"):
-        assert (tmp_path / f"results/natural/figures/{stem}.png").stat().st_size > 0
+        assert (tmp_path / NATURAL / f"figures/{stem}.png").stat().st_size > 0
     again = snakemake(tmp_path)
     assert again.rc == 0 and "Nothing to be done" in again.out

@@ -26,10 +26,13 @@ from ihsweep.config import prepare
 from ihsweep.training.checkpoints import load_checkpoint_weights, read_checkpoint
 from ihsweep.training.model import GPT, GPTConfig
 
+# The aggregates of the test studies, which keep the schema's default name (`study`).
+NATURAL = layout.natural_dir("default")
+
 pytestmark = pytest.mark.slow
 
 CONFIG = study_text("workflow")
-FIGURES = layout.figure_files(layout.NATURAL_FIGURES, layout.NATURAL)
+FIGURES = layout.figure_files(layout.NATURAL_FIGURES, NATURAL)
 HEAD_COLUMNS = [
     "run_id", "data", "model", "batch_size", "context_size", "seed", "step", "tokens",
     "layer", "head", "ps", "la",
@@ -42,6 +45,12 @@ MODEL_COLUMNS = [
 RUN_FIELDS = ["data", "model", "batch_size", "context_size", "seed"]
 # How the study runs, not what it studies: none of it may plan a job.
 EXECUTION = "execution: {device: cpu, threads: 2, progress_seconds: 1, compile: true}\n"
+# A second study in the same folder: the 2x2 grid alone, under its own name.
+GRID_STUDY = """\
+study: grid
+runs:
+  - {data: kjv-copy, model: tiny, batch_size: [4, 8], context_size: [16, 32], seed: 0}
+"""
 OVERRIDES = ("--set-threads", "train=2", "probe=2", "--set-resources", "train:device=cpu",
              "train:compile=auto")  # fmt: skip
 
@@ -63,6 +72,12 @@ def study(tmp_path_factory) -> SimpleNamespace:
     execution_flags = snakemake(workdir, "-n", *OVERRIDES)
     assert mtimes(workdir / layout.RESULTS) == after, "a dry run changed results/"
 
+    grid = workdir / "grid.yaml"
+    grid.write_text(GRID_STUDY)
+    grid_study = snakemake(workdir, configfiles=(grid,))
+    after_grid_study = mtimes(workdir / layout.RESULTS)
+    first_study_again = snakemake(workdir, "-n")
+
     prepared = prepare(yaml.safe_load(CONFIG))
     return SimpleNamespace(
         dir=workdir,
@@ -74,6 +89,9 @@ def study(tmp_path_factory) -> SimpleNamespace:
         min_rise_file=min_rise_file,
         execution_file=execution_file,
         execution_flags=execution_flags,
+        grid_study=grid_study,
+        after_grid_study=after_grid_study,
+        first_study_again=first_study_again,
     )
 
 
@@ -106,10 +124,8 @@ def test_first_run_ran_every_job_once(study):
 
 def test_every_expected_output_exists(study):
     root = study.dir
-    expected = layout.natural_outputs()
-    assert {"results/natural/emergence.csv", "results/natural/lawfit.json", *FIGURES} <= set(
-        expected
-    )
+    expected = layout.natural_outputs(NATURAL)
+    assert {f"{NATURAL}/emergence.csv", f"{NATURAL}/lawfit.json", *FIGURES} <= set(expected)
     for run in study.study.runs:
         expected += [layout.run_file(layout.RUN_JSON, run), *layout.run_figures(run)]
         expected += [layout.probe_table(name, run) for name in layout.PROBE_TABLES]
@@ -120,7 +136,7 @@ def test_every_expected_output_exists(study):
         assert magic.startswith(b"\x89PNG" if path.endswith(".png") else b"%PDF"), path
         assert (root / path).stat().st_size > 1000, path
     fit = json.loads(
-        (root / layout.aggregate_file("lawfit.json", layout.NATURAL)).read_text(),
+        (root / layout.aggregate_file("lawfit.json", NATURAL)).read_text(),
         parse_constant=lambda name: pytest.fail(f"lawfit.json holds {name}"),
     )
     assert isinstance(fit, dict) and "ok" in fit
@@ -183,7 +199,7 @@ def test_heads_tables_agree_with_model_tables(study):
 
 
 def test_emergence_table_has_one_row_per_run(study):
-    table = pd.read_csv(study.dir / layout.aggregate_file("emergence.csv", layout.NATURAL))
+    table = pd.read_csv(study.dir / layout.aggregate_file("emergence.csv", NATURAL))
     runs = {run.id: run for run in study.study.runs}
     assert sorted(table["run_id"]) == sorted(runs)
     for row in table.itertuples():
@@ -223,6 +239,28 @@ def test_changing_only_execution_settings_reruns_nothing(study):
         assert run.rc == 0, run.out[-3000:]
         assert job_stats(run.out) == {}, run.out[-3000:]
         assert "Nothing to be done" in run.out, run.out[-3000:]
+
+
+def test_a_second_study_shares_the_runs_and_keeps_its_own_aggregates(study):
+    """Two studies in one results/ (config `study`): the second, on a subset of the first's
+    runs, trains and draws nothing and aggregates into its own folder; the first study's
+    aggregates stay as they were, so running it again has nothing to do."""
+    run = study.grid_study
+    assert run.rc == 0, run.out[-3000:]
+    assert job_stats(run.out) == {"aggregate_natural": 1, "all": 1}
+    changed = {
+        path
+        for path, mtime in study.after_grid_study.items()
+        if study.mtimes_after.get(path) != mtime
+    }
+    grid = layout.natural_dir("grid")
+    own = {str(Path(layout.log("aggregate", "grid/natural")).relative_to(layout.RESULTS))}
+    own |= {str(Path(p).relative_to(layout.RESULTS)) for p in layout.natural_outputs(grid)}
+    assert changed == own
+    assert len(pd.read_csv(study.dir / grid / "emergence.csv")) == 4
+    assert len(pd.read_csv(study.dir / NATURAL / "emergence.csv")) == len(study.study.runs)
+    again = study.first_study_again
+    assert again.rc == 0 and "Nothing to be done" in again.out, again.out[-3000:]
 
 
 def test_runs_record_their_progress(study):

@@ -266,6 +266,11 @@ class Study:
     overrides: dict[Run, dict] = field(default_factory=dict)  # a runs entry's `training` keys
     suites: dict[str, dict] = field(default_factory=dict)  # checkpoint suites, by name
 
+    @property
+    def name(self) -> str:
+        """The config's ``study``: the name of the folder of its aggregates (``ihsweep.layout``)."""
+        return self.config["study"]
+
     def training(self, run: Run) -> dict:
         """The training recipe of one run: `training`, with its runs entry's overrides."""
         return {**self.config["training"], **self.overrides.get(run, {})}

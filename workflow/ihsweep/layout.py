@@ -12,7 +12,7 @@ Snakemake pattern over the rules' wildcards (``{data}``, ``{model}``, ``{batch}`
         ckpt/ state/ loss.csv progress.json probes/ figures/
         hf/                                                         export (GPT-2 folder)
     results/suites/<suite>/probes/heads.parquet, model.parquet      probe_suite (+ cache/)
-    results/natural/  results/markov/                               the aggregates
+    results/studies/<study>/natural/, markov/                       a study's aggregates
     results/logs/<rule>/<job>.log
 
 A run folder's own files (checkpoints, resume state) are the training package's format
@@ -37,8 +37,6 @@ TOKENIZE_FILES = ("tokens.bin", "tokenizer.json", "tokens.json")
 CHAIN_FILES = ("chain.npy", "stationary.npy", "chain.json")
 CHUNK_FILES = ("train.bin", "val.bin", "chunks.json")
 
-NATURAL = f"{RESULTS}/natural"
-MARKOV = f"{RESULTS}/markov"
 NATURAL_FIGURES = ("run_curves", "emergence_vs_BC", "law_fit", "model_size")
 # findings.rst: the report front page's summary of the aggregate (ihsweep.report.findings)
 FINDINGS = "findings.rst"
@@ -111,8 +109,24 @@ def log(rule: str, job: str) -> str:
     return f"{RESULTS}/logs/{rule}/{job}.log"
 
 
+def study_dir(study: str) -> str:
+    """A study's own folder (config ``study``). Runs, datasets and chains are shared by every
+    study that has them; the aggregates over a study's runs are the study's own."""
+    return f"{RESULTS}/studies/{study}"
+
+
+def natural_dir(study: str) -> str:
+    """The natural-data aggregate of a study: experiment 1 (and the checkpoint suites)."""
+    return f"{study_dir(study)}/natural"
+
+
+def markov_dir(study: str) -> str:
+    """The Markov-data aggregate of a study: experiments 2 and 3."""
+    return f"{study_dir(study)}/markov"
+
+
 def aggregate_file(name: str, folder: str) -> str:
-    """A table or record of an aggregate folder (``NATURAL`` or ``MARKOV``, or another root)."""
+    """A table or record of an aggregate folder (``natural_dir``, ``markov_dir``, or another)."""
     return f"{folder}/{name}"
 
 
@@ -120,7 +134,7 @@ def figure_files(stems: Iterable[str], folder: str) -> list[str]:
     return [f"{folder}/figures/{stem}.{ext}" for stem in stems for ext in FIGURE_FORMATS]
 
 
-def natural_outputs(folder: str = NATURAL) -> list[str]:
+def natural_outputs(folder: str) -> list[str]:
     """Everything the natural-data aggregate writes."""
     tables = [aggregate_file(name, folder) for name in (*NATURAL_TABLES, PROVENANCE)]
     return tables + figure_files(NATURAL_FIGURES, folder)
@@ -153,7 +167,7 @@ def markov_figures(runs: Iterable[dict]) -> list[str]:
     return [*stems, "generator"]
 
 
-def markov_outputs(figures: list[str], folder: str = MARKOV) -> list[str]:
+def markov_outputs(figures: list[str], folder: str) -> list[str]:
     """Everything the Markov aggregate writes, given its figure stems (``markov_figures``)."""
     tables = [aggregate_file(name, folder) for name in (*MARKOV_TABLES, PROVENANCE)]
     return tables + figure_files(figures, folder)

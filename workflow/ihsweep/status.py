@@ -28,12 +28,13 @@ its completion record ``run.json``; nothing here reads the training log. Columns
 - ``tokens``: tokens trained (the largest of run.json's, the last progress record's and the
   last checkpoint's); ``budget``: its token budget (run.json's, else the study's);
 - ``emerged``, ``tokens_pt``, ``tokens_lo``, ``tokens_hi``: the observed emergence point and its
-  95% interval, from the aggregates' emergence tables when built;
+  95% interval, from the study's aggregates' emergence tables when built;
 - ``predicted_tokens`` and ``prediction``, where the prediction comes from: ``run.json`` (the
   point the law predicted when the run was planned, ``checkpoints.densify``, recorded with the
-  run) when the run has one, else ``lawfit`` (today's fit, ``results/natural/lawfit.json``, for
-  the run's B and C; natural-data runs only); ``predicted_within``: whether the prediction lies
-  inside the observed interval (only for emerged runs with a prediction);
+  run) when the run has one, else ``lawfit`` (today's fit,
+  ``results/studies/<study>/natural/lawfit.json``, for the run's B and C; natural-data runs
+  only); ``predicted_within``: whether the prediction lies inside the observed interval (only
+  for emerged runs with a prediction);
 - ``error``: why a failed run stopped, or where a diverged one diverged.
 
 After the table come the state counts and a totals line: tokens trained against the budget
@@ -63,11 +64,6 @@ COLUMNS = [
     "run_id", "state", "outcome", "tokens", "budget", "emerged", "tokens_pt", "tokens_lo",
     "tokens_hi", "predicted_tokens", "prediction", "predicted_within", "error",
 ]  # fmt: skip
-EMERGENCE_TABLES = (
-    layout.aggregate_file("emergence.csv", layout.NATURAL),
-    layout.aggregate_file("emergence.csv", layout.MARKOV),
-)
-LAWFIT = layout.aggregate_file("lawfit.json", layout.NATURAL)
 ENDED = ("done", "trained", "diverged")  # states of a run whose training is over
 
 
@@ -139,9 +135,12 @@ def recorded_prediction(record: dict | None) -> float | None:
     return None if tokens is None or not math.isfinite(float(tokens)) else float(tokens)
 
 
-def _emergence(root: Path) -> pd.DataFrame:
+def _emergence(root: Path, study: str) -> pd.DataFrame:
+    """The observed points of the study's runs, from its aggregates' emergence tables."""
     columns = ["run_id", "emerged", "tokens_pt", "tokens_lo", "tokens_hi"]
-    tables = [pd.read_csv(root / p) for p in EMERGENCE_TABLES if (root / p).exists()]
+    paths = [root / layout.aggregate_file("emergence.csv", folder)
+             for folder in (layout.natural_dir(study), layout.markov_dir(study))]  # fmt: skip
+    tables = [pd.read_csv(p) for p in paths if p.exists()]
     table = pd.concat(tables) if tables else pd.DataFrame(columns=columns)
     return table.reindex(columns=columns).set_index("run_id")
 
@@ -152,8 +151,9 @@ def _value(x):
 
 def status_table(study: Study, root: Path = Path("."), active_minutes: float = 5.0):
     now = time.time()
-    emergence = _emergence(root)
-    fit = json.loads((root / LAWFIT).read_text()) if (root / LAWFIT).exists() else None
+    emergence = _emergence(root, study.name)
+    lawfit = root / layout.aggregate_file("lawfit.json", layout.natural_dir(study.name))
+    fit = json.loads(lawfit.read_text()) if lawfit.exists() else None
     rows = []
     for run in study.runs:
         run_dir = root / layout.run_dir(run)

@@ -19,34 +19,34 @@ rule aggregate_natural:
         natural_model_tables(),
     output:
         tables=[
-            layout.aggregate_file(name, layout.NATURAL)
+            layout.aggregate_file(name, NATURAL_DIR)
             for name in layout.NATURAL_TABLES
             if not name.endswith(".html")
         ],
         emergence_html=report_table(
-            layout.aggregate_file("emergence.html", layout.NATURAL),
+            layout.aggregate_file("emergence.html", NATURAL_DIR),
             "../report/natural_emergence.rst",
             EXPERIMENT_1,
             "emergence per run",
         ),
         fit_html=report_table(
-            layout.aggregate_file("lawfit.html", layout.NATURAL),
+            layout.aggregate_file("lawfit.html", NATURAL_DIR),
             "../report/lawfit.rst",
             EXPERIMENT_1,
             "law fit",
         ),
         figures=report_figures(
             layout.NATURAL_FIGURES,
-            layout.NATURAL,
+            NATURAL_DIR,
             EXPERIMENT_1,
             caption_of=lambda stem: stem,
             label_of=lambda stem: stem.replace("_", " "),
         ),
-        pdfs=layout.figure_files(layout.NATURAL_FIGURES, layout.NATURAL)[1::2],
-        provenance=layout.aggregate_file(layout.PROVENANCE, layout.NATURAL),
-        findings=layout.aggregate_file(layout.FINDINGS, layout.NATURAL),
+        pdfs=layout.figure_files(layout.NATURAL_FIGURES, NATURAL_DIR)[1::2],
+        provenance=layout.aggregate_file(layout.PROVENANCE, NATURAL_DIR),
+        findings=layout.aggregate_file(layout.FINDINGS, NATURAL_DIR),
     log:
-        layout.log("aggregate", "natural"),
+        layout.log("aggregate", f"{STUDY.name}/natural"),
     conda:
         "../../envs/analysis.yaml"
     params:
@@ -66,28 +66,28 @@ rule aggregate_markov:
         chunks=markov_chunk_metas(),
     output:
         tables=[
-            layout.aggregate_file(name, layout.MARKOV)
+            layout.aggregate_file(name, MARKOV_DIR)
             for name in layout.MARKOV_TABLES
             if not name.endswith(".html")
         ],
         emergence_html=report_table(
-            layout.aggregate_file("emergence.html", layout.MARKOV),
+            layout.aggregate_file("emergence.html", MARKOV_DIR),
             "../report/markov_emergence.rst",
             EXPERIMENTS_2_3,
             "emergence per Markov run",
         ),
         figures=report_figures(
             markov_figures(),
-            layout.MARKOV,
+            MARKOV_DIR,
             EXPERIMENTS_2_3,
             caption_of=lambda stem: stem.split("-")[0],
             label_of=lambda stem: stem,
         ),
-        pdfs=layout.figure_files(markov_figures(), layout.MARKOV)[1::2],
-        provenance=layout.aggregate_file(layout.PROVENANCE, layout.MARKOV),
-        findings=layout.aggregate_file(layout.FINDINGS, layout.MARKOV),
+        pdfs=layout.figure_files(markov_figures(), MARKOV_DIR)[1::2],
+        provenance=layout.aggregate_file(layout.PROVENANCE, MARKOV_DIR),
+        findings=layout.aggregate_file(layout.FINDINGS, MARKOV_DIR),
     log:
-        layout.log("aggregate", "markov"),
+        layout.log("aggregate", f"{STUDY.name}/markov"),
     conda:
         "../../envs/analysis.yaml"
     params:

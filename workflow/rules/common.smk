@@ -17,6 +17,10 @@ try:
 except ConfigError as err:
     sys.exit(f"config error: {err}")
 CONFIG_SHA256 = config_sha256(config)  # recorded in every aggregate's provenance.json
+# The study's own aggregate folders (config `study`): studies that share results/ share runs,
+# datasets and chains, but each aggregates its own runs in its own folder.
+NATURAL_DIR = layout.natural_dir(STUDY.name)
+MARKOV_DIR = layout.markov_dir(STUDY.name)
 # The rules turn these into threads and resources, never params: changing one plans no job.
 EXECUTION_SETTINGS = config[EXECUTION]
 
@@ -162,9 +166,9 @@ def markov_figures():
 def final_outputs():
     outputs = [f for run in STUDY.runs for f in layout.run_figures(run)]
     if STUDY.runs_of_family("natural") or STUDY.suites:
-        outputs += layout.natural_outputs()
+        outputs += layout.natural_outputs(NATURAL_DIR)
     if STUDY.runs_of_family("markov"):
-        outputs += layout.markov_outputs(markov_figures())
+        outputs += layout.markov_outputs(markov_figures(), MARKOV_DIR)
     return outputs
 
 

@@ -400,7 +400,7 @@ def _fr_cells(table: pd.DataFrame) -> pd.DataFrame:
 # --- the files -----------------------------------------------------------------------------
 
 
-def natural_findings(folder: str | Path = layout.NATURAL) -> str:
+def natural_findings(folder: str | Path) -> str:
     """Experiment 1's findings from the natural aggregate's cached tables in ``folder``."""
     folder = Path(folder)
     fit = json.loads((folder / "lawfit.json").read_text())
@@ -408,7 +408,7 @@ def natural_findings(folder: str | Path = layout.NATURAL) -> str:
     return law_findings(fit, emergence) + "\n"
 
 
-def markov_findings(folder: str | Path = layout.MARKOV) -> str:
+def markov_findings(folder: str | Path) -> str:
     """Experiments 2 and 3's findings from the Markov aggregate's cached tables in ``folder``."""
     folder = Path(folder)
     runs = pd.read_csv(folder / "emergence.csv")

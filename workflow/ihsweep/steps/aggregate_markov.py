@@ -2,7 +2,7 @@
 
     python -m ihsweep.steps.aggregate_markov --model-tables A.parquet ... \
         --datasets '<{cell name: dataset entry} JSON>' --emergence '<emergence JSON>' \
-        --out-dir results/markov
+        --out-dir results/studies/default/markov
 
 Reads each run's chunk sidecar (``layout.chunk_dir(data, C)/chunks.json``) for the generator's
 measured statistics and writes ``ihsweep.layout.markov_outputs``:
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model-tables", nargs="+", required=True, type=Path, help="probe tables")
     p.add_argument("--datasets", required=True, type=json_arg, help="{cell name: entry} (JSON)")
     _args.add_spec(p, "--emergence", "emergence", required=False)
-    p.add_argument("--out-dir", default=layout.MARKOV, help="output folder")
+    p.add_argument("--out-dir", required=True, help="output folder: layout.markov_dir(<study>)")
     p.add_argument("--config-sha256", help="hash of the study config, for provenance.json")
     args = p.parse_args(argv)
     spec, datasets, out = complete("emergence", args.emergence), args.datasets, args.out_dir

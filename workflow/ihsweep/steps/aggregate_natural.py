@@ -5,7 +5,8 @@ Reads the per-run model-level probe tables, finds each run's emergence point
 (``ihsweep.analysis.lawfit``) and draws the figures (``ihsweep.figures.natural``)::
 
     python -m ihsweep.steps.aggregate_natural --model-tables A.parquet B.parquet \
-        --emergence '<emergence JSON>' --lawfit '<lawfit JSON>' --out-dir results/natural
+        --emergence '<emergence JSON>' --lawfit '<lawfit JSON>' \
+        --out-dir results/studies/default/natural
 
 It writes ``ihsweep.layout.natural_outputs(out_dir)``: the emergence table (CSV, one row per
 run), the fit (JSON, indent 2, sorted keys, no NaN) and the same as a table (CSV), both tables
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model-tables", nargs="+", required=True, type=Path, help="probe tables")
     _args.add_spec(p, "--emergence", "emergence", required=False)
     _args.add_spec(p, "--lawfit", "lawfit", required=False)
-    p.add_argument("--out-dir", default=layout.NATURAL, help="output folder")
+    p.add_argument("--out-dir", required=True, help="output folder: layout.natural_dir(<study>)")
     p.add_argument("--config-sha256", help="hash of the study config, for provenance.json")
     args = p.parse_args(argv)
     spec, fit_spec = complete("emergence", args.emergence), complete("lawfit", args.lawfit)
