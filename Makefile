@@ -20,12 +20,19 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $@
 
+# Each ends with the study's report (a few seconds, rebuilt every time from the cached results;
+# not after TARGETS, a part of the study): its front page gives the findings beside the paper's.
 demo: install
 	$(BIN)/snakemake --cores $(CORES)
+	$(BIN)/snakemake --report results/studies/default/report.html
+	@echo "The default study's findings, beside the paper's: results/studies/default/report.html"
 
 # Targets go before --configfile, which takes every word after it as a config file.
+CPU_FULL = --configfile config.yaml workflow/studies/cpu-full.yaml
 cpu-full: install
-	$(BIN)/snakemake $(TARGETS) --cores $(CORES) --configfile config.yaml workflow/studies/cpu-full.yaml
+	$(BIN)/snakemake $(TARGETS) --cores $(CORES) $(CPU_FULL)
+	$(if $(TARGETS),,$(BIN)/snakemake --report results/studies/cpu-full/report.html $(CPU_FULL))
+	$(if $(TARGETS),,@echo "cpu-full's findings, beside the paper's: results/studies/cpu-full/report.html")
 
 test: install
 	$(BIN)/python -m pytest
