@@ -446,8 +446,8 @@ def test_front_page_property_grid_agrees_with_the_paper(tmp_path):
         " high f and r are sufficient: holds here: all 3 +D chains formed IHs at the highest"
         " cell, (f, r) = (0.9, 0.9)."
         " near the frontier (f = 0.1, r = 0.3) only Zipfian, categorial data forms IHs: holds"
-        " here: of the 3 chains tested there only Zipfian +D+C formed IHs (not +D+C uniform,"
-        " +D-C Zipfian). Details: properties.png."
+        " here: at (0.1, 0.3), of the 3 chains tested only Zipfian +D+C formed IHs (not +D+C"
+        " uniform, +D-C Zipfian). Details: properties.png."
     ) in text
 
 
@@ -460,13 +460,66 @@ def test_front_page_property_grid_against_the_paper(tmp_path):
         "sufficient: does not hold here: 2 of 3 +D chains formed IHs at the highest cell,"
         " (f, r) = (0.9, 0.9) (not +D-C Zipfian)."
     ) in text
-    assert "forms IHs: does not hold here: +D+C uniform formed IHs there too." in text
-    # Without the paper's near-frontier cell the claim is not tested, not judged.
+    assert "forms IHs: does not hold here: at (0.1, 0.3), +D+C uniform formed IHs too." in text
+    # With the chains at the highest cell only, the study has no edge: not judged.
     high = {k: v for k, v in PROPERTIES.items() if k[1:] == (0.9, 0.9)}
     text = rendered(
         write_findings(markov_folder(tmp_path / "high", markov_runs({}, high)), "markov")
     )
-    assert "forms IHs: not tested here (no synthetic chain at (0.1, 0.3))." in text
+    assert (
+        "forms IHs: not tested here (no synthetic chain at (0.1, 0.3); the chains were tested"
+        " only at (0.9, 0.9), so the study has no edge of its own to judge it at)."
+    ) in text
+
+
+PLUS_D = ("zipf+D+C", "zipf+D-C", "unif+D+C", "unif+D-C")
+
+
+def test_near_frontier_claim_is_judged_at_the_studys_own_edge(tmp_path):
+    """Without the paper's cell, the claim is judged at the lowest cells where any chain formed
+    IHs, and the text says what was tested below them."""
+    diagonal = {(c, 0.9, 0.9): c != "unif+D+C" for c in PLUS_D}
+    diagonal |= {(c, 0.7, 0.7): c == "zipf+D+C" for c in PLUS_D}
+    diagonal |= {(c, 0.6, 0.6): False for c in PLUS_D}
+    runs = markov_runs({}, diagonal, seeds=2)
+    text = rendered(write_findings(markov_folder(tmp_path / "holds", runs), "markov"))
+    assert (
+        "forms IHs: holds here: at this study's lowest cell where any chain formed IHs, (0.7,"
+        " 0.7) (below it, no chain formed IHs at (0.6, 0.6); the paper's cell (0.1, 0.3) is"
+        " below what this scale reaches), of the 4 chains tested only Zipfian +D+C formed IHs"
+        " (not +D+C uniform, +D-C uniform, +D-C Zipfian)."
+    ) in text
+    # One cell higher, Zipfian and uniform chains without categories form IHs too.
+    higher = {(c, 0.9, 0.9): c != "unif+D+C" for c in PLUS_D}
+    higher |= {(c, 0.8, 0.8): c != "unif+D+C" for c in PLUS_D}
+    runs = markov_runs({}, higher, seeds=2)
+    text = rendered(write_findings(markov_folder(tmp_path / "higher", runs), "markov"))
+    assert (
+        "forms IHs: does not hold here: at this study's lowest cell where any chain formed IHs,"
+        " (0.8, 0.8) (no cell below it tested; the paper's cell (0.1, 0.3) is below what this"
+        " scale reaches), +D-C uniform, +D-C Zipfian formed IHs too."
+    ) in text
+    # Two edge cells that neither lies below the other: both are judged; (0.5, 0.5) lies below.
+    corners = {(c, 0.9, 0.5): c == "zipf+D+C" for c in PLUS_D}
+    corners |= {(c, 0.5, 0.9): c == "zipf+D+C" for c in PLUS_D}
+    corners |= {(c, 0.5, 0.5): False for c in PLUS_D}
+    runs = markov_runs({}, corners)
+    text = rendered(write_findings(markov_folder(tmp_path / "corners", runs), "markov"))
+    assert (
+        "holds here: at this study's lowest cell where any chain formed IHs, (0.5, 0.9), (0.9,"
+        " 0.5) (below it, no chain formed IHs at (0.5, 0.5);"
+    ) in text
+    assert (
+        "of the 4 chains tested only Zipfian +D+C formed IHs (not +D+C uniform, +D-C uniform,"
+        " +D-C Zipfian)."
+    ) in text
+    # No chain formed IHs anywhere: no edge, not judged.
+    runs = markov_runs({}, dict.fromkeys(diagonal, False))
+    text = rendered(write_findings(markov_folder(tmp_path / "none", runs), "markov"))
+    assert (
+        "forms IHs: not tested here (no synthetic chain at (0.1, 0.3); no chain formed IHs at"
+        " any cell, so the study has no edge of its own to judge it at)."
+    ) in text
 
 
 def front_page(workdir: Path, results: list[str], monkeypatch) -> str:

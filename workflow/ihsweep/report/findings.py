@@ -23,8 +23,10 @@ report defines for its results, by file name).
   ("comparable" and "undetermined" shown as such), against the paper's "reliability".
 - **Experiment 3.** Per (f, r) cell of the synthetic chains: which chains (+D/-D, +C/-C,
   marginal) formed IHs; then the paper's three claims judged on those cells: -D never forms
-  IHs, high f and r suffice (every +D chain at the highest cell), and near the frontier
-  (``PAPER["near_frontier_cell"]``) only Zipfian, categorial data forms IHs.
+  IHs, high f and r suffice (every +D chain at the highest cell), and near the frontier only
+  Zipfian, categorial data forms IHs: at the paper's cell (``PAPER["near_frontier_cell"]``)
+  when the study has it, otherwise at the study's own edge, the lowest cells where any chain
+  formed IHs.
 """
 
 from __future__ import annotations
@@ -340,17 +342,54 @@ def _sufficient(table: pd.DataFrame) -> str:
 
 
 def _near_frontier(table: pd.DataFrame) -> str:
+    """The paper's claim judged at its cell when the study has it; otherwise at the study's own
+    edge, the minimal (f, r) cells where any synthetic chain formed IHs (the paper's cell lies
+    far below what this scale reaches), saying whether a cell below them was tested. A study
+    that tested the chains at one cell only, or in which none formed IHs, has no such edge."""
     claim = f"*{_text(PAPER['near_frontier'])}*: "
     fv, rv = PAPER["near_frontier_cell"]
-    at = table[
-        [
-            math.isclose(f, fv) and math.isclose(r, rv)
-            for f, r in zip(table["frequency"], table["reliability"], strict=True)
-        ]
-    ]
-    at = at[at["n_runs"] > 0]
-    if not len(at):
-        return claim + _text(f"not tested here (no synthetic chain at {_pair(fv, rv)}).")
+    tested = table[table["n_runs"] > 0]
+    f, r = tested["frequency"].astype(float), tested["reliability"].astype(float)
+    at_paper = [math.isclose(a, fv) and math.isclose(b, rv) for a, b in zip(f, r, strict=True)]
+    if any(at_paper):
+        return claim + _judged(tested[at_paper], f"at {_pair(fv, rv)}")
+    cells = set(zip(f, r, strict=True))
+    formed = {(a, b) for a, b, e in zip(f, r, tested["emerged"].astype(bool), strict=True) if e}
+    if len(cells) < 2 or not formed:
+        why = (
+            f"the chains were tested only at {_pairs(sorted(cells))}"
+            if len(cells) < 2
+            else "no chain formed IHs at any cell"
+        )
+        return claim + _text(
+            f"not tested here (no synthetic chain at {_pair(fv, rv)}; {why}, so the study has"
+            " no edge of its own to judge it at)."
+        )
+    edge = sorted(c for c in formed if _below(c, formed) == [c])
+    below = sorted({(a, b) for a, b in zip(f, r, strict=True) if _below_any((a, b), edge)})
+    lower = (
+        f"below it, no chain formed IHs at {_pairs(below)}" if below else "no cell below it tested"
+    )
+    at_edge = tested[[(a, b) in edge for a, b in zip(f, r, strict=True)]]
+    where = (
+        f"at this study's lowest cell where any chain formed IHs, {_pairs(edge)} ({lower}; the"
+        f" paper's cell {_pair(fv, rv)} is below what this scale reaches)"
+    )
+    return claim + _judged(at_edge, where)
+
+
+def _below(cell: tuple, cells: set) -> list:
+    """The cells of ``cells`` at or below ``cell`` on both axes."""
+    return [o for o in cells if o[0] <= cell[0] and o[1] <= cell[1]]
+
+
+def _below_any(cell: tuple, edge: list) -> bool:
+    """Whether ``cell`` lies at or below some edge cell on both axes, and is not one."""
+    return cell not in edge and any(_below(e, {cell}) for e in edge)
+
+
+def _judged(at: pd.DataFrame, where: str) -> str:
+    """Whether only Zipfian +D+C formed IHs among the chains of ``at``, tested ``where``."""
     is_zipf_c = [
         bool(row["dependency"])
         and bool(row["categorial"])
@@ -360,28 +399,26 @@ def _near_frontier(table: pd.DataFrame) -> str:
     zipf_c, others = at[is_zipf_c], at[[not z for z in is_zipf_c]]
     others_formed = others[others["emerged"].astype(bool)]
     if len(others_formed):
-        return claim + _text(f"does not hold here: {_labels(others_formed)} formed IHs there too.")
+        return _text(f"does not hold here: {where}, {_labels(others_formed)} formed IHs too.")
+    n_others = len(dict.fromkeys(chain_label(row) for _, row in others.iterrows()))
     if not len(zipf_c):
-        return claim + _text(
-            f"cannot be judged here: no Zipfian +D+C chain at {_pair(fv, rv)} (none of the"
-            f" {len(others)} chains tested there formed IHs)."
+        return _text(
+            f"cannot be judged here: no Zipfian +D+C chain {where} (none of the {n_others}"
+            " chains tested formed IHs)."
         )
     if not zipf_c["emerged"].astype(bool).all():
-        return claim + _text(
-            "does not hold here: no chain formed IHs there, not even Zipfian +D+C."
-        )
+        return _text(f"does not hold here: {where}, no chain formed IHs, not even Zipfian +D+C.")
     if not len(others):
-        return claim + _text(
-            "cannot be judged here: only Zipfian +D+C was tested there (it formed IHs)."
-        )
-    return claim + _text(
-        f"holds here: of the {len(at)} chains tested there only Zipfian +D+C formed IHs"
+        return _text(f"cannot be judged here: only Zipfian +D+C was tested {where}.")
+    return _text(
+        f"holds here: {where}, of the {n_others + 1} chains tested only Zipfian +D+C formed IHs"
         f" (not {_labels(others)})."
     )
 
 
 def _labels(table: pd.DataFrame) -> str:
-    return ", ".join(chain_label(row) for _, row in table.iterrows())
+    """The chains of ``table``, each named once."""
+    return ", ".join(dict.fromkeys(chain_label(row) for _, row in table.iterrows()))
 
 
 def _labelled_cells(table: pd.DataFrame) -> str:
