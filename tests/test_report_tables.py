@@ -475,36 +475,36 @@ def test_front_page_property_grid_against_the_paper(tmp_path):
 PLUS_D = ("zipf+D+C", "zipf+D-C", "unif+D+C", "unif+D-C")
 
 
+def chains_at(cells: dict) -> dict:
+    """Experiment-3 outcomes: {(f, r): the +D chains that form IHs there}, for every +D chain."""
+    return {(c, f, r): c in formed for (f, r), formed in cells.items() for c in PLUS_D}
+
+
+def property_text(folder: Path, cells: dict, seeds: int = 1) -> str:
+    runs = markov_runs({}, chains_at(cells), seeds=seeds)
+    return rendered(write_findings(markov_folder(folder, runs), "markov"))
+
+
 def test_near_frontier_claim_is_judged_at_the_studys_own_edge(tmp_path):
     """Without the paper's cell, the claim is judged at the lowest cells where any chain formed
     IHs, and the text says what was tested below them."""
-    diagonal = {(c, 0.9, 0.9): c != "unif+D+C" for c in PLUS_D}
-    diagonal |= {(c, 0.7, 0.7): c == "zipf+D+C" for c in PLUS_D}
-    diagonal |= {(c, 0.6, 0.6): False for c in PLUS_D}
-    runs = markov_runs({}, diagonal, seeds=2)
-    text = rendered(write_findings(markov_folder(tmp_path / "holds", runs), "markov"))
+    high = {"zipf+D+C", "zipf+D-C", "unif+D-C"}
+    diagonal = {(0.9, 0.9): high, (0.7, 0.7): {"zipf+D+C"}, (0.6, 0.6): set()}
     assert (
         "forms IHs: holds here: at this study's lowest cell where any chain formed IHs, (0.7,"
         " 0.7) (below it, no chain formed IHs at (0.6, 0.6); the paper's cell (0.1, 0.3) is"
         " below what this scale reaches), of the 4 chains tested only Zipfian +D+C formed IHs"
         " (not +D+C uniform, +D-C uniform, +D-C Zipfian)."
-    ) in text
+    ) in property_text(tmp_path / "holds", diagonal, seeds=2)
     # One cell higher, Zipfian and uniform chains without categories form IHs too.
-    higher = {(c, 0.9, 0.9): c != "unif+D+C" for c in PLUS_D}
-    higher |= {(c, 0.8, 0.8): c != "unif+D+C" for c in PLUS_D}
-    runs = markov_runs({}, higher, seeds=2)
-    text = rendered(write_findings(markov_folder(tmp_path / "higher", runs), "markov"))
     assert (
         "forms IHs: does not hold here: at this study's lowest cell where any chain formed IHs,"
         " (0.8, 0.8) (no cell below it tested; the paper's cell (0.1, 0.3) is below what this"
         " scale reaches), +D-C uniform, +D-C Zipfian formed IHs too."
-    ) in text
+    ) in property_text(tmp_path / "higher", {(0.9, 0.9): high, (0.8, 0.8): high}, seeds=2)
     # Two edge cells that neither lies below the other: both are judged; (0.5, 0.5) lies below.
-    corners = {(c, 0.9, 0.5): c == "zipf+D+C" for c in PLUS_D}
-    corners |= {(c, 0.5, 0.9): c == "zipf+D+C" for c in PLUS_D}
-    corners |= {(c, 0.5, 0.5): False for c in PLUS_D}
-    runs = markov_runs({}, corners)
-    text = rendered(write_findings(markov_folder(tmp_path / "corners", runs), "markov"))
+    corners = {(0.9, 0.5): {"zipf+D+C"}, (0.5, 0.9): {"zipf+D+C"}, (0.5, 0.5): set()}
+    text = property_text(tmp_path / "corners", corners)
     assert (
         "holds here: at this study's lowest cell where any chain formed IHs, (0.5, 0.9), (0.9,"
         " 0.5) (below it, no chain formed IHs at (0.5, 0.5);"
@@ -514,12 +514,10 @@ def test_near_frontier_claim_is_judged_at_the_studys_own_edge(tmp_path):
         " +D-C Zipfian)."
     ) in text
     # No chain formed IHs anywhere: no edge, not judged.
-    runs = markov_runs({}, dict.fromkeys(diagonal, False))
-    text = rendered(write_findings(markov_folder(tmp_path / "none", runs), "markov"))
     assert (
         "forms IHs: not tested here (no synthetic chain at (0.1, 0.3); no chain formed IHs at"
         " any cell, so the study has no edge of its own to judge it at)."
-    ) in text
+    ) in property_text(tmp_path / "none", dict.fromkeys(diagonal, set()))
 
 
 def front_page(workdir: Path, results: list[str], monkeypatch) -> str:
