@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from ihsweep.analysis.frontier import (
+    _ridge_logistic,
     cell_outcomes,
     format_tokens,
     grid_edges,
@@ -20,6 +21,7 @@ from ihsweep.analysis.frontier import (
     timing_sensitivity,
 )
 from ihsweep.figures.markov import plot_frontier, plot_generator_stats, plot_property_grid
+from scipy import optimize
 from scipy.special import expit
 
 GRID = [0.1, 0.3, 0.5, 0.7, 0.9]
@@ -210,34 +212,93 @@ def test_only_reliability_matters():
     assert result["separable"] is True
     assert result["coef_reliability"] > 0
     assert abs(result["coef_frequency"]) < 1e-3 * result["coef_reliability"]
+    assert result["share_reliability"] == pytest.approx(1.0)
+    assert 0.5 < result["share_reliability_ci"][0] < result["share_reliability_ci"][1] <= 1.0
 
 
 def test_only_frequency_matters():
     result = sensitivity(cells_where(lambda f, r, s: f >= 0.5))
     assert result["verdict"] == "frequency"
     assert abs(result["coef_reliability"]) < 1e-3 * result["coef_frequency"]
+    assert result["share_reliability_ci"][1] < 0.5
 
 
-def test_symmetric_diagonal_is_comparable():
+def test_symmetric_diagonal_names_no_axis():
     result = sensitivity(cells_where(lambda f, r, s: f + r >= 1.0 - 1e-9))
-    assert result["verdict"] == "comparable"
+    assert result["verdict"] == "undecided"
     assert result["share_reliability"] == pytest.approx(0.5, abs=1e-4)
+    low, high = result["share_reliability_ci"]
+    assert low < 0.5 < high
+
+
+def seeded_outcomes(b_f, b_r, seed):
+    """emerges(f, r, seed) drawn once per run from a logistic law with slopes b_f and b_r."""
+    rng, draws = np.random.default_rng(seed), {}
+
+    def emerges(f, r, run_seed):
+        key = (f, r, run_seed)
+        draws.setdefault(key, rng.random() < expit(b_r * (r - 0.5) + b_f * (f - 0.5)))
+        return draws[key]
+
+    return emerges
 
 
 def test_noisy_seeds_recover_the_stronger_axis_without_separation():
-    rng = np.random.default_rng(0)
-    draws = {}
-
-    def emerges(f, r, seed):
-        # True slopes 12 on r and 3 on f: r is worth four units of f.
-        key = (f, r, seed)
-        draws.setdefault(key, rng.random() < expit(12 * (r - 0.5) + 3 * (f - 0.5)))
-        return draws[key]
-
-    result = sensitivity(cells_where(emerges, seeds=6))
+    # True slopes 12 on r and 3 on f: r is worth four units of f.
+    result = sensitivity(cells_where(seeded_outcomes(3, 12, seed=0), seeds=6))
     assert result["separable"] is False
     assert result["verdict"] == "reliability"
     assert 2.0 < result["ratio_r_to_f"] < 10.0
+    assert result["share_reliability_ci"][0] > 0.5
+
+
+def test_a_leaning_point_estimate_is_no_verdict_when_its_interval_spans_equal():
+    # r worth two units of f, one noisy run per cell: the fit leans to r (|b_r| / |b_f| about
+    # 2) but resampling the 25 runs moves the share across 0.5, so no axis is named.
+    result = sensitivity(cells_where(seeded_outcomes(3, 6, seed=1)))
+    assert result["ratio_r_to_f"] > 1.5
+    low, high = result["share_reliability_ci"]
+    assert low < 0.5 < high
+    assert result["verdict"] == "undecided"
+    assert result["n_boot_used"] == result["n_boot"] == 1000
+    assert sensitivity(cells_where(seeded_outcomes(3, 6, seed=1))) == result  # seeded
+
+
+def test_cells_on_a_diagonal_cannot_separate_the_axes():
+    rows = emergence_rows(lambda f, r, s: f >= 0.5)
+    result = sensitivity(cell_outcomes(rows[rows["frequency"] == rows["reliability"]]))
+    assert result["verdict"] == "undetermined"
+    assert "vary together" in result["reason"]
+    assert result["share_reliability_ci"] is None
+
+
+@pytest.mark.parametrize("separated", [False, True])
+def test_ridge_logistic_reaches_the_optimum_a_general_optimiser_finds(separated):
+    """The batched Newton solver against scipy's trust-region solver on the same penalised
+    objective, for the data itself and for a bootstrap resample (weights = draw counts)."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(40, 2))
+    y = (x[:, 1] > 0) if separated else rng.random(40) < expit(x @ [1.0, -2.0])
+    y = y.astype(float)
+    weights = np.vstack([np.ones(40), np.bincount(rng.integers(0, 40, 40), minlength=40)])
+    design, penalty = np.column_stack([np.ones(40), x]), np.array([0.0, 1e-3, 1e-3])
+    for w, ours in zip(weights, _ridge_logistic(x, y, weights, ridge=1e-3), strict=True):
+
+        def objective(b, w=w):
+            eta = design @ b
+            return np.sum(w * (np.logaddexp(0, eta) - y * eta)) + 0.5 * np.sum(penalty * b**2)
+
+        def gradient(b, w=w):
+            return design.T @ (w * (expit(design @ b) - y)) + penalty * b
+
+        def hessian(b, w=w):
+            p = expit(design @ b)
+            return (design.T * (w * p * (1 - p))) @ design + np.diag(penalty)
+
+        reference = optimize.minimize(objective, np.zeros(3), jac=gradient, hess=hessian,
+                                      method="trust-exact", options={"gtol": 1e-9}).x  # fmt: skip
+        assert ours == pytest.approx(reference, rel=1e-6, abs=1e-8)
+        assert separated == (abs(ours[2]) > 10)  # the ridge, not the data, bounds a separation
 
 
 @pytest.mark.parametrize(

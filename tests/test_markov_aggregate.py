@@ -100,7 +100,12 @@ def test_frontier_is_the_constructed_boundary(outputs):
     # Emerging cells: f + 2r >= 1.5. Minimal ones: (0.1, 0.9) and (0.5, 0.5).
     assert fronts["semi"]["frontier"] == [[0.1, 0.9], [0.5, 0.5]]
     assert fronts["semi"]["monotone"] is True
-    assert fronts["semi"]["sensitivity"]["verdict"] == "reliability"
+    # The fit leans to r, which is worth two units of f here; nine single-seed runs are too few
+    # for its interval to exclude equal shares, so no axis is named.
+    verdict = fronts["semi"]["sensitivity"]
+    low, high = verdict["share_reliability_ci"]
+    assert 0.5 < verdict["share_reliability"] and low < 0.5 < high
+    assert verdict["verdict"] == "undecided" and verdict["n_boot_used"] > 900
 
 
 def test_cells_and_runs(outputs):

@@ -369,24 +369,27 @@ def markov_folder(tmp_path: Path, runs: pd.DataFrame, verdicts: dict | None = No
 
 
 GRID = [(f, r) for f in (0.1, 0.5, 0.9) for r in (0.1, 0.5, 0.9)]
+# IHs form wherever r >= 0.5, except at the lowest f: reliability matters more. With three
+# seeds a cell, because resampling nine runs leaves the verdict's interval across 0.5.
+RELIABILITY_MATTERS = {(f, r): r >= 0.5 and (f, r) != (0.1, 0.5) for f, r in GRID}
 
 
 def test_front_page_frontier_where_reliability_matters_more(tmp_path):
-    # IHs form wherever r >= 0.5, except at the lowest f: reliability matters more.
-    bigram = {(f, r): r >= 0.5 and (f, r) != (0.1, 0.5) for f, r in GRID}
-    folder = markov_folder(tmp_path, markov_runs(bigram))
+    folder = markov_folder(tmp_path, markov_runs(RELIABILITY_MATTERS, seeds=3))
     verdict = json.loads((folder / "frontier.json").read_text())["semi-w64-B8-C32"]["sensitivity"]
     assert verdict["verdict"] == "reliability"
-    ratio = abs(verdict["coef_reliability"] / verdict["coef_frequency"])
+    low, high = verdict["share_reliability_ci"]
     text = rendered(write_findings(folder, "markov"))
     assert (
         "semi-w64-B8-C32: IHs emerged in 5 of 9 (f, r) cells: (0.1, 0.9), (0.5, 0.5),"
         " (0.5, 0.9), (0.9, 0.5), (0.9, 0.9). Frontier (the minimal emerging cells): (0.1, 0.9),"
         " (0.5, 0.5). Every cell above it emerged, so one frontier separates the grid. More"
-        " sensitive to reliability than to frequency, as in the paper: |b_r| / |b_f| = "
-        f"{ratio:.3g}"
-        " in a logistic fit on f and r (verdict needs 1.5x); outcomes perfectly separable, so"
-        " only the direction of the ridge fit counts. Details: frontier-semi-w64-B8-C32.png."
+        " sensitive to reliability than to frequency, as in the paper: share of reliability"
+        f" |b_r| / (|b_f| + |b_r|) = {verdict['share_reliability']:.2f} [{low:.2f}, {high:.2f}]"
+        " in a logistic fit of each run's outcome on f and r (|b_r| / |b_f| ="
+        f" {verdict['ratio_r_to_f']:.3g}; {verdict['n_boot_used']} resamples used; 0.5 = equal);"
+        " outcomes perfectly separable, so only the direction of the ridge fit counts. Details:"
+        " frontier-semi-w64-B8-C32.png."
     ) in text
     assert "The paper found that IHs form only above an effective Pareto frontier" in text
     assert text.endswith(
@@ -395,14 +398,14 @@ def test_front_page_frontier_where_reliability_matters_more(tmp_path):
     )
 
 
-def test_front_page_shows_comparable_and_undetermined_verdicts_with_their_reason(tmp_path):
+def test_front_page_shows_undecided_and_undetermined_verdicts_with_their_reason(tmp_path):
     bigram = {(f, r): f + r >= 1.0 for f, r in GRID}
-    comparable = {"verdict": "comparable", "reason": "|b_r| / |b_f| = 1.02 (needs 1.5x)"}
-    folder = markov_folder(tmp_path, markov_runs(bigram), {"semi-w64-B8-C32": comparable})
+    undecided = {"verdict": "undecided", "reason": "share of reliability 0.5 [0.3, 0.7]"}
+    folder = markov_folder(tmp_path, markov_runs(bigram), {"semi-w64-B8-C32": undecided})
     text = rendered(write_findings(folder, "markov"))
     assert (
-        "Sensitivity comparable, neither axis clearly matters more (the paper: reliability):"
-        " |b_r| / |b_f| = 1.02 (needs 1.5x)."
+        "Whether IHs form does not decide between the axes (the interval includes 0.5; the"
+        " paper: reliability): share of reliability 0.5 [0.3, 0.7]."
     ) in text
     # Nothing emerged: no frontier, and the real verdict is undetermined, with its reason.
     folder = markov_folder(tmp_path / "none", markov_runs(dict.fromkeys(GRID, False)))
@@ -566,8 +569,8 @@ def test_front_page_opens_with_the_findings_and_says_what_is_not_in_the_study(
     ) in page  # the findings come first, then what the study is
     assert "This study (default). 2 run entries" in page
 
-    bigram = {(f, r): r >= 0.5 and (f, r) != (0.1, 0.5) for f, r in GRID}
-    folder = markov_folder(tmp_path / layout.study_dir("default"), markov_runs(bigram))
+    runs = markov_runs(RELIABILITY_MATTERS, seeds=3)
+    folder = markov_folder(tmp_path / layout.study_dir("default"), runs)
     write_findings(folder, "markov")
     page = front_page(tmp_path, MARKOV_RESULTS, monkeypatch)
     assert page.startswith(

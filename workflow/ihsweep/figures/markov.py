@@ -98,7 +98,10 @@ def plot_frontier(
             f"Where induction heads form: {n_up} of {len(cells)} (f, r) cells emerged"
             + _diverged_note(cells)
             + "\n"
-            + textwrap.fill(f"More sensitive to: {verdict['verdict']} ({verdict['reason']})", 72)
+            + textwrap.fill(
+                f"Which axis decides whether IHs form: {verdict['verdict']} ({verdict['reason']})",
+                72,
+            )
         )
         return save_figure(fig, out_stem)
 

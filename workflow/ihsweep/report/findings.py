@@ -19,8 +19,9 @@ report defines for its results, by file name).
   and what it left out (``tables.left_out``), and how seeds enter (each run one observation).
 - **Experiment 2.** Per (f, r) setting over a bigram chain: the cells where IHs emerged (a cell
   emerges when a strict majority of its runs do), the frontier as its minimal cells, whether
-  every cell of the region above it emerged, and the sensitivity verdict with its reason
-  ("comparable" and "undetermined" shown as such), against the paper's "reliability".
+  every cell of the region above it emerged, and the two sensitivity verdicts (whether and
+  when IHs form) with their measures and intervals ("undecided" and "undetermined" shown as
+  such), against the paper's "reliability".
 - **Experiment 3.** Per (f, r) cell of the synthetic chains: which chains (+D/-D, +C/-C,
   marginal) formed IHs; then the paper's three claims judged on those cells: -D never forms
   IHs, high f and r suffice (every +D chain at the highest cell), and near the frontier only
@@ -245,8 +246,11 @@ def _verdict(verdict: dict) -> str:
     if name in ("reliability", "frequency"):
         text = f"More sensitive to {name} than to {_other_axis(name)}"
         text += ", as in the paper" if name == paper else f", unlike the paper ({paper})"
-    elif name == "comparable":
-        text = f"Sensitivity comparable, neither axis clearly matters more (the paper: {paper})"
+    elif name == "undecided":
+        text = (
+            "Whether IHs form does not decide between the axes (the interval includes 0.5;"
+            f" the paper: {paper})"
+        )
     else:
         text = f"Sensitivity undetermined (the paper: {paper} matters more)"
     return f"{text}: {verdict['reason']}." if verdict.get("reason") else f"{text}."
