@@ -387,7 +387,8 @@ def test_front_page_frontier_where_reliability_matters_more(tmp_path):
         " sensitive to reliability than to frequency, as in the paper: share of reliability"
         f" |b_r| / (|b_f| + |b_r|) = {verdict['share_reliability']:.2f} [{low:.2f}, {high:.2f}]"
         " in a logistic fit of each run's outcome on f and r (|b_r| / |b_f| ="
-        f" {verdict['ratio_r_to_f']:.3g}; {verdict['n_boot_used']} resamples used; 0.5 = equal);"
+        f" {verdict['ratio_r_to_f']:.3g}; 27 runs, {verdict['n_boot_used']} of 1000 resamples"
+        " usable; 0.5 = equal);"
         " outcomes perfectly separable, so only the direction of the ridge fit counts. Details:"
         " frontier-semi-w64-B8-C32.png."
     ) in text

@@ -239,7 +239,7 @@ def sensitivity(
     separable = _separable(x, y, np.ones(len(y)))
     return result | {
         "verdict": _interval_verdict(ci),
-        "reason": _reason(b_f, b_r, share, ci, len(shares), separable),
+        "reason": _reason(b_f, b_r, share, ci, separable, len(y), f"{len(shares)} of {n_boot}"),
         "coef_frequency": b_f,
         "coef_reliability": b_r,
         "intercept": float(intercept),
@@ -513,13 +513,13 @@ def _separable(x, successes, trials) -> bool:
     return lp.status == 0
 
 
-def _reason(b_f, b_r, share, ci, n_used, separable) -> str:
+def _reason(b_f, b_r, share, ci, separable, n_runs, resamples) -> str:
     interval = f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else " (no usable resample)"
     ratio = f"{abs(b_r) / abs(b_f):.3g}" if b_f != 0 else "inf"
     text = (
         f"share of reliability |b_r| / (|b_f| + |b_r|) = {share:.2f}{interval} in a logistic"
-        f" fit of each run's outcome on f and r (|b_r| / |b_f| = {ratio}; {n_used} resamples"
-        " used; 0.5 = equal)"
+        f" fit of each run's outcome on f and r (|b_r| / |b_f| = {ratio}; {n_runs} runs,"
+        f" {resamples} resamples usable; 0.5 = equal)"
     )
     if separable:
         text += "; outcomes perfectly separable, so only the direction of the ridge fit counts"
