@@ -39,11 +39,16 @@ def study_text(name: str) -> str:
 
 
 def snakemake(
-    workdir: Path, *args: str, configfiles: tuple[Path, ...] = (), timeout: int = TIMEOUT
+    workdir: Path,
+    *args: str,
+    configfiles: tuple[Path, ...] = (),
+    timeout: int = TIMEOUT,
+    checkout: Path = REPO,
 ) -> SimpleNamespace:
-    """``snakemake`` on the repository's Snakefile in ``workdir``, with its config.yaml."""
+    """``snakemake`` on the Snakefile of ``checkout`` (the repository's unless a test copied
+    it) in ``workdir``, with its config.yaml."""
     cmd = [
-        sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--cores", "2",
+        sys.executable, "-m", "snakemake", "-s", str(checkout / "Snakefile"), "--cores", "2",
         "--directory", str(workdir),
         *args,  # before --configfile, which takes every path that follows it
         "--configfile", str(workdir / "config.yaml"), *map(str, configfiles),

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from ihsweep import layout
-from ihsweep.provenance import config_sha256
+from ihsweep.provenance import code_sha256, config_sha256
 from ihsweep.steps.aggregate_natural import main
 from scipy.special import expit
 
@@ -118,6 +118,7 @@ def test_provenance_names_config_runs_and_outputs(outputs):
     expected = [str(Path(p).relative_to(first)) for p in layout.natural_outputs(str(first))]
     assert record["outputs"] == sorted(p for p in expected if p != layout.PROVENANCE)
     assert record["code_version"]
+    assert record["code_sha256"] == code_sha256()
 
 
 def test_rerun_gives_byte_identical_outputs(outputs):

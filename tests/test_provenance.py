@@ -8,12 +8,13 @@ is that of the config without it (``ihsweep.config.study_definition``): changing
 from __future__ import annotations
 
 import copy
+import shutil
 
 import pytest
 import yaml
 from conftest import SCHEMA, study_text
 from ihsweep.config import prepare, study_definition
-from ihsweep.provenance import config_sha256, run_sha256
+from ihsweep.provenance import PACKAGE_DIR, code_sha256, config_sha256, run_sha256
 
 CONFIG = {
     "models": {"w64": {"n_layer": 2, "d_model": 64}},
@@ -113,3 +114,28 @@ def test_a_runs_figure_hash_is_its_spec_and_the_emergence_settings():
     assert run_sha256(spec, emergence) != run_sha256(study.train_spec(second), emergence)
     assert run_sha256(spec, emergence) != run_sha256(spec, {**emergence, "min_rise": 0.2})
     assert run_sha256({**spec, "seed": 1}, emergence) != run_sha256(spec, emergence)
+
+
+def test_the_code_hash_is_the_packages_python_source(tmp_path):
+    """Any edit, added or renamed module changes it; bytecode and other files do not."""
+    package = tmp_path / "ihsweep"
+    shutil.copytree(PACKAGE_DIR, package, ignore=shutil.ignore_patterns("__pycache__"))
+    base = code_sha256(package)
+    assert base == code_sha256(PACKAGE_DIR)  # the paths inside the package, not where it lies
+    (package / "__pycache__").mkdir()
+    (package / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0")
+    (package / "notes.txt").write_text("not code")
+    assert code_sha256(package) == base
+
+    lawfit = package / "analysis" / "lawfit.py"
+    source = lawfit.read_text()
+    lawfit.write_text(source + "# a comment\n")
+    edited = code_sha256(package)
+    lawfit.write_text(source)
+    assert code_sha256(package) == base
+    lawfit.rename(package / "analysis" / "lawfit2.py")
+    renamed = code_sha256(package)
+    (package / "analysis" / "lawfit2.py").rename(lawfit)
+    (package / "analysis" / "extra.py").write_text("")
+    added = code_sha256(package)
+    assert len({base, edited, renamed, added}) == 4

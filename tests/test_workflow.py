@@ -4,8 +4,9 @@ One module-scoped fixture runs the study tests/studies/workflow.yaml once (about
 two busy cores: KJV, a 512-type BPE, a 2x2 grid of B x C plus one wider model, attention-only
 d=32 models, 60k tokens per run), then runs Snakemake again and dry-runs config changes (one
 analysis setting; only execution settings, in a configfile and as --set-threads and
---set-resources), before any test looks. Paths are ``ihsweep.layout``'s. The
-tests inspect what it left; only the probe-cache test changes the folder, and it runs last.
+--set-resources) and a copy of the checkout with one module edited, before any test looks.
+Paths are ``ihsweep.layout``'s. The tests inspect what it left; only the probe-cache test
+changes the folder, and it runs last.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shutil
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -20,7 +22,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
-from conftest import job_stats, logs_of, mtimes, run_study, snakemake, study_text
+from conftest import REPO, job_stats, logs_of, mtimes, run_study, snakemake, study_text
 from ihsweep import layout
 from ihsweep.config import prepare
 from ihsweep.training.checkpoints import load_checkpoint_weights, read_checkpoint
@@ -51,6 +53,7 @@ study: grid
 runs:
   - {data: kjv-copy, model: tiny, batch_size: [4, 8], context_size: [16, 32], seed: 0}
 """
+NOT_SOURCE = shutil.ignore_patterns("__pycache__", "*.egg-info")
 OVERRIDES = ("--set-threads", "train=2", "probe=2", "--set-resources", "train:device=cpu",
              "train:compile=auto")  # fmt: skip
 
@@ -72,6 +75,16 @@ def study(tmp_path_factory) -> SimpleNamespace:
     execution_flags = snakemake(workdir, "-n", *OVERRIDES)
     assert mtimes(workdir / layout.RESULTS) == after, "a dry run changed results/"
 
+    # An update of the package: a copy of the checkout whose law fit gained a comment.
+    checkout = tmp_path_factory.mktemp("checkout")
+    shutil.copy(REPO / "Snakefile", checkout)
+    for folder in ("workflow", "profiles"):
+        shutil.copytree(REPO / folder, checkout / folder, ignore=NOT_SOURCE)
+    code_same = snakemake(workdir, "-n", checkout=checkout)
+    with open(checkout / "workflow" / "ihsweep" / "analysis" / "lawfit.py", "a") as lawfit:
+        lawfit.write("# an update\n")
+    code_updated = snakemake(workdir, "-n", checkout=checkout)
+
     grid = workdir / "grid.yaml"
     grid.write_text(GRID_STUDY)
     grid_study = snakemake(workdir, configfiles=(grid,))
@@ -89,6 +102,8 @@ def study(tmp_path_factory) -> SimpleNamespace:
         min_rise_file=min_rise_file,
         execution_file=execution_file,
         execution_flags=execution_flags,
+        code_same=code_same,
+        code_updated=code_updated,
         grid_study=grid_study,
         after_grid_study=after_grid_study,
         first_study_again=first_study_again,
@@ -239,6 +254,16 @@ def test_changing_only_execution_settings_reruns_nothing(study):
         assert run.rc == 0, run.out[-3000:]
         assert job_stats(run.out) == {}, run.out[-3000:]
         assert "Nothing to be done" in run.out, run.out[-3000:]
+
+
+def test_an_update_of_the_package_reruns_only_the_aggregates(study):
+    """Code the rules only import is a parameter of the aggregates (its hash): a copy of the
+    checkout plans nothing, and once a module of the copy changes, only the aggregates."""
+    same, updated = study.code_same, study.code_updated
+    assert same.rc == 0 and "Nothing to be done" in same.out, same.out[-3000:]
+    assert updated.rc == 0, updated.out[-3000:]
+    assert job_stats(updated.out) == {"aggregate_natural": 1, "all": 1}, updated.out[-3000:]
+    assert re.search(r"params have changed since last execution:\s+aggregate_natural", updated.out)
 
 
 def test_a_second_study_shares_the_runs_and_keeps_its_own_aggregates(study):

@@ -2,7 +2,7 @@
 
 Every aggregate step writes ``provenance.json`` beside its outputs::
 
-    {"config_sha256": "...", "code_version": "git:3f2c1ab" | "ihsweep 0.1.0",
+    {"config_sha256": "...", "code_sha256": "...", "code_version": "git:3f2c1ab" | "ihsweep 0.1.0",
      "runs": ["kjv-copy/w64/B8-C16-s0", ...], "outputs": ["emergence.csv", ...]}
 
 ``config_sha256`` hashes the validated study config (defaults filled in, keys sorted) without
@@ -13,7 +13,9 @@ settings, all that its figure depends on besides the probe tables. It is the sam
 every study that plans it with the same spec, so a study that adds runs to another (cpu-full to
 the default study) redraws none of the other's run figures. The code version is the git
 commit of the checkout the step ran from (with ``-dirty`` for uncommitted changes), or the
-installed package version when there is no git checkout.
+installed package version when there is no git checkout; ``code_sha256`` hashes the package's
+source itself, which also tells apart two uncommitted states, and is what makes Snakemake redo the
+aggregates after an update of the package.
 """
 
 from __future__ import annotations
@@ -38,6 +40,20 @@ def config_sha256(config: dict) -> str:
 def run_sha256(train_spec: dict, emergence: dict) -> str:
     """Hash of what one run's figure is drawn from besides its probe tables."""
     return _sha256({"run": train_spec, "emergence": emergence})
+
+
+def code_sha256(package_dir: Path = PACKAGE_DIR) -> str:
+    """Hash of the package's Python source (paths and contents).
+
+    The aggregate rules take it as a parameter, so updating ihsweep (a fit, a verdict's
+    wording) redoes every aggregate, which takes seconds, while runs, probes and run figures
+    stay cached: Snakemake does not see code that its rules' commands only import.
+    """
+    digest = hashlib.sha256()
+    for path in sorted(package_dir.rglob("*.py")):
+        digest.update(path.relative_to(package_dir).as_posix().encode() + b"\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
 
 
 def _sha256(definition: dict) -> str:

@@ -54,6 +54,8 @@ rule aggregate_natural:
         lawfit=section_json("lawfit"),
         out_dir=provenance_dir,
         config_sha256=CONFIG_SHA256,
+        # Not in the command (the step hashes the code it runs): a trigger for Snakemake.
+        code_sha256=CODE_SHA256,
     shell:
         "python -m ihsweep.steps.aggregate_natural --model-tables {input}"
         " --emergence {params.emergence:q} --lawfit {params.lawfit:q}"
@@ -95,6 +97,8 @@ rule aggregate_markov:
         emergence=section_json("emergence"),
         out_dir=provenance_dir,
         config_sha256=CONFIG_SHA256,
+        # Not in the command (the step hashes the code it runs): a trigger for Snakemake.
+        code_sha256=CODE_SHA256,
     shell:
         "python -m ihsweep.steps.aggregate_markov --model-tables {input.tables}"
         " --datasets {params.datasets:q} --emergence {params.emergence:q}"

@@ -10,13 +10,16 @@ from snakemake.io import report as report_output
 
 from ihsweep import cost, layout
 from ihsweep.config import EXECUTION, ConfigError, Run, prepare
-from ihsweep.provenance import config_sha256, run_sha256
+from ihsweep.provenance import code_sha256, config_sha256, run_sha256
 
 try:
     STUDY = prepare(config)
 except ConfigError as err:
     sys.exit(f"config error: {err}")
 CONFIG_SHA256 = config_sha256(config)  # recorded in every aggregate's provenance.json
+# A parameter of the aggregates only, so that an update of the package redoes them (seconds)
+# and nothing else: runs, probes and run figures stay cached.
+CODE_SHA256 = code_sha256()
 # The study's own aggregate folders (config `study`): studies that share results/ share runs,
 # datasets and chains, but each aggregates its own runs in its own folder.
 NATURAL_DIR = layout.natural_dir(STUDY.name)
