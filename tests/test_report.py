@@ -30,6 +30,7 @@ from conftest import job_stats, run_study, snakemake, study_text
 from ihsweep import layout
 from ihsweep.analysis.lawfit import QUANTITIES
 from ihsweep.config import Run
+from ihsweep.provenance import code_sha256
 from ihsweep.report import findings
 
 # The aggregates of the test studies, which keep the schema's default name (`study`).
@@ -106,6 +107,7 @@ def test_every_output_folder_records_its_provenance(study):
         assert set(hashes) & set(record) == {key}
         assert re.fullmatch(r"[0-9a-f]{64}", record[key])
         assert record["code_version"].startswith(("git:", "ihsweep "))
+        assert record["code_sha256"] == code_sha256()
         assert record["runs"] and record["outputs"]
         hashes[key].add(record[key])
     assert len(hashes["config_sha256"]) == 1

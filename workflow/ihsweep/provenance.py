@@ -13,9 +13,9 @@ settings, all that its figure depends on besides the probe tables. It is the sam
 every study that plans it with the same spec, so a study that adds runs to another (cpu-full to
 the default study) redraws none of the other's run figures. The code version is the git
 commit of the checkout the step ran from (with ``-dirty`` for uncommitted changes), or the
-installed package version when there is no git checkout; ``code_sha256`` hashes the package's
-source itself, which also tells apart two uncommitted states, and is what makes Snakemake redo the
-aggregates after an update of the package.
+installed package version when there is no git checkout; ``code_sha256``, in both kinds of
+folder, hashes the package's source itself, which also tells apart two uncommitted states, and
+is what makes Snakemake redo the aggregates after an update of the package.
 """
 
 from __future__ import annotations
@@ -84,6 +84,7 @@ def write_provenance(folder, hashes: dict[str, str | None], run_ids, outputs) ->
         path,
         {
             **hashes,
+            "code_sha256": code_sha256(),
             "code_version": code_version(),
             "runs": sorted(str(r) for r in run_ids),
             "outputs": sorted(str(o) for o in outputs),

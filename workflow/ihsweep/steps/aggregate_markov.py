@@ -32,7 +32,7 @@ from ihsweep.config import complete
 from ihsweep.data.chunks import CHUNKS_JSON
 from ihsweep.figures import markov as figures
 from ihsweep.io import atomic_path, json_arg, write_json
-from ihsweep.provenance import code_sha256, write_provenance
+from ihsweep.provenance import write_provenance
 from ihsweep.report import findings
 from ihsweep.report.tables import markov_emergence, write_page
 from ihsweep.steps import _args
@@ -92,8 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     findings.write_findings(out, "markov")  # from the tables above
     written = [Path(f) for f in layout.markov_outputs(stems, out)]
     written = [f.relative_to(out) for f in written if f.name != layout.PROVENANCE]
-    hashes = {"config_sha256": args.config_sha256, "code_sha256": code_sha256()}
-    write_provenance(out, hashes, runs["run_id"], written)
+    write_provenance(out, {"config_sha256": args.config_sha256}, runs["run_id"], written)
 
     emerged = int(runs["emerged"].sum())
     print(f"{emerged} of {len(runs)} Markov runs emerged ({spec['metric']}, {spec['method']})")

@@ -26,7 +26,7 @@ from ihsweep.analysis.lawfit import fit_law, fit_table
 from ihsweep.config import complete
 from ihsweep.figures import natural as figures
 from ihsweep.io import atomic_path, write_json
-from ihsweep.provenance import code_sha256, write_provenance
+from ihsweep.provenance import write_provenance
 from ihsweep.report import findings, tables
 from ihsweep.steps import _args
 
@@ -66,8 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     figures.plot_model_size(emergence, fit, stem / "model_size")
     findings.write_findings(out, "natural")  # from the tables above
     written = [Path(f) for f in layout.natural_outputs(out) if Path(f).name != layout.PROVENANCE]
-    hashes = {"config_sha256": args.config_sha256, "code_sha256": code_sha256()}
-    write_provenance(out, hashes, emergence["run_id"],
+    write_provenance(out, {"config_sha256": args.config_sha256}, emergence["run_id"],
                      [f.relative_to(out) for f in written])  # fmt: skip
 
     emerged = int(emergence["emerged"].sum())
