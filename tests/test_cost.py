@@ -60,6 +60,49 @@ def test_train_seconds_and_walltime_by_hand():
     assert cost.job_minutes(seconds, EXECUTION, 2) == 322
 
 
+def test_early_stop_tokens_by_hand():
+    # Checkpoints of a run at B * C = 1,000 tokens a step: 10k, 20k, ..., 100k (its budget).
+    checkpoints = list(range(10_000, 100_001, 10_000))
+    # 12k predicted, half a decade on: 37,947 tokens, the step nearest is 38: the 40k checkpoint.
+    assert cost.early_stop_tokens(12_000, 0.5, checkpoints, 1000) == 40_000
+    # A target on a checkpoint stops there (the step nearest 10^4.5 * 10^0.5 = 100k is 100).
+    assert cost.early_stop_tokens(10**4.5, 0.5, checkpoints, 1000) == 100_000
+    # 20,000 * 10^0.5 = 63,246 tokens: step 63, the 70k checkpoint; margin 0: at 20k itself.
+    assert cost.early_stop_tokens(20_000, 0.5, checkpoints, 1000) == 70_000
+    assert cost.early_stop_tokens(20_000, 0.0, checkpoints, 1000) == 20_000
+    # Past the budget (50k * 3.16 = 158k): the last checkpoint, the budget.
+    assert cost.early_stop_tokens(50_000, 0.5, checkpoints, 1000) == 100_000
+
+
+def test_a_study_counts_each_runs_expected_stop_from_its_law():
+    config = yaml.safe_load((REPO / "workflow/studies/paper.yaml").read_text())
+    # U_pt = 10^6 / (B^1 C^0) updates, i.e. 10^6 * C tokens: at C 64, 64M tokens, + half a
+    # decade = 202.4M, between the checkpoints at 200M and 300M; at C 1024, 1.024B is past the
+    # 1B budget. A narrow window adds only the prediction itself to the paper's 30 checkpoints.
+    law = {"a": 1.0, "b": 0.0, "log10_T": 6.0}
+    config["checkpoints"]["densify"] = {"law": law, "window_decades": 0.01, "per_decade": 1}
+    study = prepare(config, SCHEMA)
+    rows = {(r.batch_size, r.context_size): study.cost(r) for r in study.runs}
+    small, large = rows[(8, 64)], rows[(8, 1024)]
+    # The first checkpoint after 202.4M: 300M, at the step nearest it (B * C = 512 tokens a step).
+    assert small["early_stop_tokens"] == round(300_000_000 / 512) * 512
+    assert large["early_stop_tokens"] == large["tokens"] == 1_000_000_000 - 1_000_000_000 % 8192
+    assert small["early_stop_device_hours"] == pytest.approx(
+        small["device_hours"] * 0.3, rel=1e-3
+    )  # tokens and updates both 30% of the budget's
+    assert large["early_stop_device_hours"] == large["device_hours"]
+    # The walltime asked for stays the full budget's.
+    run = next(r for r in study.runs if (r.batch_size, r.context_size) == (8, 64))
+    assert small["walltime_min"] == study.train_minutes(run)
+    assert study.train_minutes(run) == cost.job_minutes(
+        study.train_seconds(run), study.config["execution"], 1
+    )
+    # Early stop off: every run at its budget, whatever the law says.
+    config["training"]["stop_after_emergence"] = False
+    off = prepare(config, SCHEMA)
+    assert all(off.cost(r)["early_stop_tokens"] == off.cost(r)["tokens"] for r in off.runs)
+
+
 def test_dataset_jobs_take_their_runtime_from_the_corpus_size(tmp_path):
     text = tmp_path / "a.txt"
     text.write_bytes(b"x" * 12_000_000)  # 12 MB at 2 MB/s = 6 s: ceil(10 + 1.5 * 0.1) = 11
@@ -216,13 +259,74 @@ def test_cost_table_of_the_paper_study_lists_its_30_cells(tmp_path):
 
     rows = pd.read_csv(table)
     assert len(rows) == 30 and rows.run_id.is_unique
-    assert set(rows.columns) == set(cost.COLUMNS)
+    assert list(rows.columns) == cost.COLUMNS
     assert (rows.tokens.between(0.999e9, 1e9)).all()
     assert (rows.updates == 10**9 // (rows.run_id.str.extract(r"B(\d+)-C(\d+)").astype(int)
                                       .prod(axis=1))).all()  # fmt: skip
     assert (rows.peak_gb <= 0.85 * rows.limit_gb).all() and (rows.walltime_min > 0).all()
-    assert rows.checkpoints.eq(30).all()
-    assert "30 runs:" in proc.stdout and "device-hours estimated" in proc.stdout
+    # The paper's 30 checkpoints and the densified ones around each prediction.
+    assert rows.checkpoints.gt(30).all()
+    # Early stop: every run's expected stop is within its budget, the small cells' far within.
+    assert (rows.early_stop_tokens <= rows.tokens).all()
+    assert (rows.early_stop_device_hours <= rows.device_hours).all()
+    smallest = rows.set_index("run_id").loc["cc100/gpt2-2L/B8-C64-s0"]
+    assert smallest.early_stop_tokens < 0.05 * smallest.tokens
+    full, stop = rows.device_hours.sum(), rows.early_stop_device_hours.sum()
+    assert stop < 0.5 * full
+    assert "30 runs, 7,450,091 updates" in proc.stdout
+    assert f"full budgets: 30.00B tokens, {full:.1f} GPU-hours" in proc.stdout
+    stopped = rows.early_stop_tokens.sum() / 1e9
+    assert f"with early stop: {stopped:.2f}B tokens" in proc.stdout
+    assert f"{stop:.1f} GPU-hours: each run stops" in proc.stdout
+
+
+def paper_studies() -> tuple[dict, dict]:
+    """paper.yaml, and paper.yaml with its paper-full.yaml overlay, as prepared."""
+    from ihsweep.config import load_configfiles
+
+    studies = REPO / "workflow" / "studies"
+    paper = load_configfiles([studies / "paper.yaml"])
+    full = load_configfiles([studies / "paper.yaml", studies / "paper-full.yaml"])
+    return prepare(paper, SCHEMA).config, prepare(full, SCHEMA).config
+
+
+def differences(a, b, path=()):
+    """Key paths where two nested configs differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in a.keys() | b.keys() for d in differences(a.get(k), b.get(k), (*path, k))]
+    return [".".join(map(str, path))] if a != b else []
+
+
+def test_paper_and_paper_full_differ_only_in_how_runs_end_and_their_checkpoints():
+    paper, full = paper_studies()
+    assert sorted(differences(paper, full)) == [
+        "checkpoints.densify", "study", "training.stop_after_emergence",
+    ]  # fmt: skip
+    assert paper["training"]["stop_after_emergence"] == {"margin_decades": 0.5}
+    assert (
+        full["training"]["stop_after_emergence"] is False and full["checkpoints"]["densify"] is None
+    )
+    assert paper["study"] != full["study"]  # their aggregates in folders of their own
+
+
+def test_paper_law_is_the_papers_earlier_law_restated_for_its_exponents():
+    """log10 T of paper.yaml's law: N_pt = 10^5.7 sqrt(B C) tokens, the paper's earlier form, as
+    U_pt = T / (B^0.37 C^0.62) updates by least squares in log10 over the study's 30 cells."""
+    paper, _ = paper_studies()
+    law = paper["checkpoints"]["densify"]["law"]
+    assert (law["a"], law["b"]) == (0.37, 0.62)
+    cells = [(r["batch_size"], r["context_size"]) for r in paper["runs"]]
+    grid = [(b, c) for b in cells[0][0] for c in cells[0][1]]
+    assert len(grid) == 30
+    # log10 tokens = log10 T + (1 - a) log10 B + (1 - b) log10 C must match 5.7 + log10(B C) / 2
+    residual = [
+        5.7
+        + 0.5 * math.log10(b * c)
+        - (1 - law["a"]) * math.log10(b)
+        - (1 - law["b"]) * math.log10(c)
+        for b, c in grid
+    ]
+    assert law["log10_T"] == pytest.approx(np.mean(residual), abs=5e-4)
 
 
 def test_a_smaller_gpu_splits_the_largest_paper_cell():
@@ -248,9 +352,13 @@ def test_snakemake_dry_run_prints_the_cost_table(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     output = proc.stdout + proc.stderr
     assert "Estimated cost (python -m ihsweep.cost)" in output
-    assert "cc100/gpt2-2L/B256-C1024-s0" in output and "30 runs:" in output
-    # The dataset jobs ask for a runtime from the corpus size, not the profile's 60 minutes.
+    assert "cc100/gpt2-2L/B256-C1024-s0" in output and "30 runs, 7,450,091 updates" in output
+    # Both totals, as python -m ihsweep.cost prints them.
     study = prepare(yaml.safe_load((REPO / "workflow/studies/paper.yaml").read_text()), SCHEMA)
+    table = cost.cost_table(study)
+    assert f"full budgets: 30.00B tokens, {table.device_hours.sum():.1f} GPU-hours" in output
+    assert f"{table.early_stop_device_hours.sum():.1f} GPU-hours: each run stops" in output
+    # The dataset jobs ask for a runtime from the corpus size, not the profile's 60 minutes.
     minutes = study.tokenize_minutes("cc100")  # 20M documents ~ 20 GB at 2 MB/s: 4.4 hours
     assert minutes > 4 * 60
     assert re.search(rf"rule tokenize:\n(.*\n)*?.*resources: .*runtime={minutes}\b", output)
@@ -258,7 +366,7 @@ def test_snakemake_dry_run_prints_the_cost_table(tmp_path):
     assert re.search(rf"rule chunk:\n(.*\n)*?.*resources: .*runtime={chunk}, mem_mb=4000", output)
 
 
-def test_cost_report_says_what_an_auto_study_costs_on_the_cpu():
+def test_a_study_that_trains_on_the_cpu_is_shown_in_core_hours_and_host_memory():
     default = yaml.safe_load((REPO / "config.yaml").read_text())
 
     def study(**execution):  # prepare() expands the config it is given, so each gets a copy
@@ -269,13 +377,25 @@ def test_cost_report_says_what_an_auto_study_costs_on_the_cpu():
     gpu_sized = study()  # device auto: the rule asks for a GPU, so the jobs are sized for one
     assert gpu_sized.profile["name"] == cost.DEFAULT_GPU_PROFILE
     cpu_sized = study(device="cpu")
-    hours = cost.cost_table(cpu_sized).gpu_hours.sum()
-    assert hours > 2 * cost.cost_table(gpu_sized).gpu_hours.sum()
-    report = cost.cost_report(gpu_sized, cost.cost_table(gpu_sized))
-    assert report.startswith(cost.format_cost(cost.cost_table(gpu_sized), gpu_sized.profile))
-    assert f"without a GPU the jobs train on the CPU: about {hours:.1f} core-hours" in report
-    # Sized for the CPU, or for a GPU the user named, the table stands alone.
-    table = cost.format_cost(cost.cost_table(cpu_sized), cpu_sized.profile)
-    assert cost.cost_report(cpu_sized, cost.cost_table(cpu_sized)) == table
-    named = study(device_profile="h200")
-    assert "without a GPU" not in cost.cost_report(named, cost.cost_table(named))
+    core_hours = cost.cost_table(cpu_sized).device_hours.sum()
+    gpu_hours = cost.cost_table(gpu_sized).device_hours.sum()
+    assert core_hours > 2 * gpu_hours
+    # On a machine without a GPU, device auto trains on the CPU: the report speaks of it, and a
+    # last line gives the GPU the cluster jobs are sized for.
+    report, table = cost.cost_report(gpu_sized, gpu_here=False)
+    assert report.startswith(cost.format_cost(cost.cost_table(cpu_sized), cpu_sized))
+    assert f"full budgets: 0.09B tokens, {core_hours:.1f} core-hours" in report
+    assert "host GB" in report and "GPU GB" not in report and "/80" not in report
+    assert table.device_hours.sum() == core_hours
+    assert (
+        f"on a GPU (device profile a100-80gb, which sizes cluster jobs): {gpu_hours:.1f}" in report
+    )
+    # With a GPU here, the GPU's table alone.
+    report, _ = cost.cost_report(gpu_sized, gpu_here=True)
+    assert report == cost.format_cost(cost.cost_table(gpu_sized), gpu_sized)
+    assert "GPU GB" in report and "core-hours" not in report
+    # Sized for the CPU, or for a GPU the user named, the table stands alone wherever it runs.
+    for sized in (cpu_sized, study(device_profile="h200")):
+        for here in (True, False):
+            report, _ = cost.cost_report(sized, gpu_here=here)
+            assert report == cost.format_cost(cost.cost_table(sized), sized)

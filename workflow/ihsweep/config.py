@@ -391,19 +391,33 @@ class Study:
             cost.profile_device_type(self.profile),
         )
 
-    def train_seconds(self, run: Run) -> float:
-        """Estimated training seconds on the study's device profile (``ihsweep.cost``)."""
+    def train_seconds(self, run: Run, tokens: int | None = None) -> float:
+        """Estimated seconds of training ``tokens`` (by default the full budget) on the study's
+        device profile (``ihsweep.cost``)."""
         micro_batch = self.micro_batch(run) or 1
         passes = len(cost.micro_batch_sizes(run.batch_size, micro_batch))
         fpt = cost.flops_per_token(
             self.model_of(run), self.vocab_size_of(run.data), run.context_size
         )
-        updates = self.total_steps(run)
+        updates = self.total_steps(run) if tokens is None else tokens // run.tokens_per_step
         return cost.train_seconds(updates, passes, updates * run.tokens_per_step, fpt, self.profile)
 
     def train_minutes(self, run: Run, attempt: int = 1) -> int:
-        """Runtime a cluster training job asks for (``ihsweep.cost.job_minutes``)."""
+        """Runtime a cluster training job asks for (``ihsweep.cost.job_minutes``): the full
+        budget's, since a run may form no induction heads and train to its end."""
         return cost.job_minutes(self.train_seconds(run), self.config[EXECUTION], attempt)
+
+    def early_stop_tokens(self, run: Run) -> int:
+        """Tokens the run is expected to train (``cost.early_stop_tokens``): with early stop on
+        and a law that predicts its transition, the first checkpoint ``margin_decades`` past the
+        prediction; otherwise its budget."""
+        tokens = [step * run.tokens_per_step for step in self.checkpoint_steps(run)]
+        rule, prediction = self.early_stop(run), self.prediction(run)
+        if rule is None or prediction is None:
+            return tokens[-1]
+        return cost.early_stop_tokens(
+            prediction["tokens"], rule["margin_decades"], tokens, run.tokens_per_step
+        )
 
     def cost(self, run: Run) -> dict:
         """The run's row of ``python -m ihsweep.cost``."""
@@ -412,14 +426,17 @@ class Study:
         n_checkpoints = len(self.checkpoint_steps(run))
         updates = self.total_steps(run)
         seconds = self.train_seconds(run)
+        stop_tokens = self.early_stop_tokens(run)
         return {
             "run_id": run.id,
             "updates": updates,
             "tokens": updates * run.tokens_per_step,
+            "early_stop_tokens": stop_tokens,
             "micro_batch": micro_batch,
             "peak_gb": self.peak_memory(run, micro_batch)["total"] / cost.GB,
             "limit_gb": self.memory_limit / cost.GB,
-            "gpu_hours": seconds / 3600,
+            "device_hours": seconds / 3600,
+            "early_stop_device_hours": self.train_seconds(run, stop_tokens) / 3600,
             "walltime_min": cost.job_minutes(seconds, self.config[EXECUTION], attempt=1),
             "checkpoints": n_checkpoints,
             # fp32 weights per checkpoint, and two resume states (weights and AdamW's moments)

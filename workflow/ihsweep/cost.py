@@ -4,11 +4,12 @@
     python -m ihsweep.cost --configfile workflow/studies/paper.yaml --csv cost.csv
 
 One row per training run (cell): updates, tokens, the micro-batch the job will use, its
-estimated peak memory against the device's, estimated GPU-hours, the walltime it asks a cluster
-for, and the disk its checkpoints take; then the totals. Everything here is arithmetic on the
-config (no torch), so ``ihsweep.config`` uses it to refuse, before any job starts, a cell that
-does not fit in memory even one sequence at a time, and the rules use it for each job's
-runtime and memory.
+estimated peak memory against the device's, estimated device-hours at the full budget and with
+early stop, the walltime it asks a cluster for, and the disk its checkpoints take; then the
+totals of both budgets. A study that trains on the CPU is shown in core-hours and host memory.
+Everything here is arithmetic on the config (no torch), so ``ihsweep.config`` uses it to refuse,
+before any job starts, a cell that does not fit in memory even one sequence at a time, and the
+rules use it for each job's runtime and memory.
 
 **Time.** A training job's seconds are
 ``updates * micro_batches * step_overhead + tokens * flops_per_token / (peak_flops * mfu)``:
@@ -18,7 +19,17 @@ are a *device profile*: built-in ones for common GPUs (the H200's measured, the 
 vendor's bf16 dense peak at the H200's measured ``mfu``, ``step_overhead_ms`` assumed) and one
 measured on the development CPU; ``bench/train_speed.py`` measures them on the user's own
 device and writes a profile file that ``execution.device_profile`` accepts. The walltime asked
-for is ``attempt * ceil(overhead_minutes + safety * seconds / 60)``.
+for is ``attempt * ceil(overhead_minutes + safety * seconds / 60)``, always for the full budget:
+a run may form no induction heads and then trains to its end.
+
+**Early stop.** With ``training.stop_after_emergence``, a run is expected to stop at the first
+of its checkpoints at or past the transition the study's law predicts (``checkpoints.densify``)
+plus ``margin_decades`` (``early_stop_tokens``), capped at its budget; the table prints those
+tokens and hours beside the full budget's. The trainer stops ``margin_decades`` past the *upper
+end* of the observed point's interval, once two checkpoints in a row confirm it, so a run whose
+transition comes where the law says stops at or a little after this estimate; a run that forms
+none trains its budget. Without a law (or on Markov data, which the law does not predict) the
+expected tokens are the budget.
 
 **Memory.** Peak bytes of a training step at micro-batch m: the runtime (CUDA context or the
 CPU process), fp32 weights, gradients and AdamW's two moments (16 bytes per parameter, plus a
@@ -36,6 +47,7 @@ import dataclasses
 import glob
 import json
 import math
+import os
 from pathlib import Path
 
 GB = 1e9
@@ -247,6 +259,30 @@ def train_seconds(updates: int, passes_per_update: int, tokens: int, fpt: float,
     return overhead + compute
 
 
+def early_stop_tokens(
+    predicted_tokens: float, margin_decades: float, checkpoint_tokens: list[int],
+    tokens_per_step: int,
+) -> int:  # fmt: skip
+    """Tokens a run trains when its transition comes at ``predicted_tokens`` and it stops
+    ``margin_decades`` past it: the first checkpoint (tokens seen, ascending; the last is the
+    budget) at or past the step nearest ``predicted_tokens * 10^margin_decades``, or the last
+    checkpoint when the target lies beyond it."""
+    target = predicted_tokens * 10.0**margin_decades
+    target_step = (2 * target + tokens_per_step) // (2 * tokens_per_step)  # as checkpoint_steps
+    return next(
+        (t for t in checkpoint_tokens if t // tokens_per_step >= target_step),
+        checkpoint_tokens[-1],
+    )
+
+
+def gpu_visible() -> bool:
+    """Whether this machine shows its processes an NVIDIA GPU (``execution.device: auto`` would
+    train on it), read from the device files so that the cost model needs no torch."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", "unset").strip() in ("", "-1"):
+        return False
+    return any(Path("/dev").glob("nvidia[0-9]*"))
+
+
 def job_minutes(seconds: float, execution: dict, attempt: int) -> int:
     """The walltime a cluster job asks for; a retry asks for proportionally more."""
     return attempt * math.ceil(execution["overhead_minutes"] + execution["safety"] * seconds / 60)
@@ -282,8 +318,8 @@ def chunk_minutes(tokens: float | None, execution: dict, attempt: int) -> int:
 # The table
 
 COLUMNS = [
-    "run_id", "updates", "tokens", "micro_batch", "peak_gb", "limit_gb", "gpu_hours",
-    "walltime_min", "checkpoints", "checkpoint_gb",
+    "run_id", "updates", "tokens", "early_stop_tokens", "micro_batch", "peak_gb", "limit_gb",
+    "device_hours", "early_stop_device_hours", "walltime_min", "checkpoints", "checkpoint_gb",
 ]  # fmt: skip
 
 
@@ -294,44 +330,103 @@ def cost_table(study):
     return pd.DataFrame([study.cost(run) for run in study.runs], columns=COLUMNS)
 
 
-def format_cost(table, profile: dict) -> str:
-    shown = table.assign(
-        tokens=[f"{t / 1e6:,.1f}M" for t in table.tokens],
-        peak_gb=[
-            f"{peak:.1f}/{limit:.0f}"
-            for peak, limit in zip(table.peak_gb, table.limit_gb, strict=True)
-        ],
-        gpu_hours=[f"{h:.2f}" for h in table.gpu_hours],
-        checkpoint_gb=[f"{g:.2f}" for g in table.checkpoint_gb],
-    ).drop(columns="limit_gb")
-    totals = (
-        f"{len(table)} runs: {table.updates.sum():,} updates, {table.tokens.sum() / 1e9:.2f}B "
-        f"tokens, {table.gpu_hours.sum():.1f} device-hours estimated, "
-        f"{table.walltime_min.sum() / 60:.1f} hours of walltime asked for, "
-        f"{table.checkpoint_gb.sum():.1f} GB of checkpoints"
+def early_stop_summary(study) -> str:
+    """How the study's runs are expected to end, as the totals line of early stop says it."""
+    rules = {run: study.early_stop(run) for run in study.runs}
+    stopping = [run for run, rule in rules.items() if rule is not None]
+    if not stopping:
+        return "early stop off (training.stop_after_emergence): every run trains its budget"
+    predicted = [run for run in stopping if study.prediction(run) is not None]
+    if not predicted:
+        return (
+            "no law predicts the transitions (checkpoints.densify), so every run is counted at "
+            "its budget"
+        )
+    law = study.densify["law"]
+    margins = "/".join(f"{m:g}" for m in sorted({rules[r]["margin_decades"] for r in predicted}))
+    text = (
+        f"each run stops at the first checkpoint {margins} decades past the transition the law "
+        f"U_pt = T / (B^a C^b) predicts, a {law['a']:g}, b {law['b']:g}, log10 T "
+        f"{law['log10_T']:g} (from {study.densify['source']})"
     )
-    device = f"device profile {profile['name']}: {profile['source']}"
-    return f"{shown.to_string(index=False)}\n{totals}\n{device}"
+    unpredicted = len(study.runs) - len(predicted)
+    return text + (
+        f"; {unpredicted} runs the law does not predict: their budget" * bool(unpredicted)
+    )
 
 
-def cost_report(study, table) -> str:
-    """The cost table (``cost_table(study)``) as `python -m ihsweep.cost` and a dry run print it.
-    When `auto` sized the jobs for a GPU (device and device_profile both auto, the rule asking
-    for a GPU), a last line says what the same runs cost on the CPU, where they train on a
-    machine without one."""
-    text = format_cost(table, study.profile)
+def format_cost(table, study) -> str:
+    """The table and its totals in the units of the study's device: GPU-hours and GPU memory,
+    or core-hours (one thread per job, as the CPU profile is measured) and host memory."""
+    import pandas as pd
+
+    profile = study.profile
+    unit = "core" if profile_device_type(profile) == "cpu" else "GPU"
+    memory = "host" if unit == "core" else "GPU"
+    shown = pd.DataFrame(
+        {
+            "run": table.run_id,
+            "updates": table.updates,
+            "tokens": [f"{t / 1e6:,.1f}M" for t in table.tokens],
+            "stop at": [f"{t / 1e6:,.1f}M" for t in table.early_stop_tokens],
+            "micro-batch": table.micro_batch,
+            f"{memory} GB": [
+                f"{p:.1f}/{m:.0f}" for p, m in zip(table.peak_gb, table.limit_gb, strict=True)
+            ],
+            f"{unit}-h": [f"{h:.2f}" for h in table.device_hours],
+            f"{unit}-h stop": [f"{h:.2f}" for h in table.early_stop_device_hours],
+            "walltime min": table.walltime_min,
+            "ckpts": table.checkpoints,
+            "ckpt GB": [f"{g:.2f}" for g in table.checkpoint_gb],
+        }
+    )
+    full, stop = table.tokens.sum(), table.early_stop_tokens.sum()
+    lines = [
+        shown.to_string(index=False),
+        f"{len(table)} runs, {table.updates.sum():,} updates at their budgets",
+        f"  full budgets: {full / 1e9:.2f}B tokens, {table.device_hours.sum():.1f} {unit}-hours",
+        f"  with early stop: {stop / 1e9:.2f}B tokens ({stop / full:.0%}), "
+        f"{table.early_stop_device_hours.sum():.1f} {unit}-hours: {early_stop_summary(study)}",
+        f"  walltime asked for: {table.walltime_min.sum() / 60:.1f} hours (each job for its "
+        f"full budget: a run may form no induction heads); "
+        f"{table.checkpoint_gb.sum():.1f} GB of checkpoints",
+        f"device profile {profile['name']}: {profile['source']}",
+    ]
+    return "\n".join(lines)
+
+
+def shown_study(study, gpu_here: bool | None = None):
+    """The study as the cost report shows it. When `auto` sized the jobs for a GPU (device and
+    device_profile both auto, the rule asking for one) but this machine shows none
+    (``gpu_visible``; ``gpu_here`` overrides), its jobs train here on the CPU: the study sized
+    for the CPU, whose table speaks of core-hours and host memory."""
     execution = study.config["execution"]
     on_auto = execution["device"] == "auto" and execution["device_profile"] == "auto"
     if not on_auto or profile_device_type(study.profile) == "cpu":
-        return text
-    on_cpu = dataclasses.replace(study, profile=device_profile({**execution, "device": "cpu"}))
+        return study
+    if gpu_visible() if gpu_here is None else gpu_here:
+        return study
+    return dataclasses.replace(study, profile=device_profile({**execution, "device": "cpu"}))
+
+
+def cost_report(study, gpu_here: bool | None = None):
+    """What `python -m ihsweep.cost` and a dry run print, and the table it shows (for --csv).
+    When the table is the CPU's in place of the GPU the jobs are sized for (``shown_study``),
+    a last line gives what the same runs cost on that GPU."""
+    shown = shown_study(study, gpu_here)
     try:
-        hours = cost_table(on_cpu).gpu_hours.sum()
+        table = cost_table(shown)
     except ValueError:  # a cell that fits the GPU but not the CPU job's memory
-        return text
+        shown, table = study, cost_table(study)
+    text = format_cost(table, shown)
+    if shown is study:
+        return text, table
+    on_gpu = cost_table(study)
     return (
-        f"{text}\nwithout a GPU the jobs train on the CPU: about {hours:.1f} core-hours at the "
-        "full budgets, one thread per job (set execution.device: cpu to size the jobs for it)"
+        f"{text}\non a GPU (device profile {study.profile['name']}, which sizes cluster jobs): "
+        f"{on_gpu.device_hours.sum():.1f} GPU-hours at the full budgets, "
+        f"{on_gpu.early_stop_device_hours.sum():.1f} with early stop",
+        table,
     )
 
 
@@ -342,9 +437,8 @@ def main(argv=None) -> int:
     add_configfile(parser)
     parser.add_argument("--csv", type=Path, help="also write the table as CSV")
     args = parser.parse_args(argv)
-    study = study_of_files(args.configfile)
-    table = cost_table(study)
-    print(cost_report(study, table))
+    text, table = cost_report(study_of_files(args.configfile))
+    print(text)
     if args.csv:
         table.to_csv(args.csv, index=False)
     return 0

@@ -211,6 +211,6 @@ def is_dry_run(argv):
 
 if workflow.is_main_process and is_dry_run(sys.argv[1:]):
     print(
-        f"Estimated cost (python -m ihsweep.cost):\n{cost.cost_report(STUDY, cost.cost_table(STUDY))}",
+        f"Estimated cost (python -m ihsweep.cost):\n{cost.cost_report(STUDY)[0]}",
         file=sys.stderr,
     )
