@@ -195,9 +195,12 @@ def worker_device(plan: dict):
     from ihsweep.training import loop
 
     device = torch.device("cuda" if plan["name"] == "gpu" else "cpu")
-    if device.type == "cpu":
+    if device.type == "cpu":  # as a training job sets itself up (training/loop.py)
         torch.set_num_threads(1)
         loop.keep_freed_memory()
+    else:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     return device
 
 
@@ -315,7 +318,8 @@ def prepared_step(plan: dict, task: dict, device):
     B, C = task["cell"]
     cfg, loss_fn = variant_setup(task["variant"], plan, C, device)
     model = build_model(cfg, plan["vocab"], device)
-    optim = torch.optim.AdamW(model.parameters(), lr=2.5e-4, fused=device.type == "cuda")
+    # As the trainer builds it (training/loop.py), at the paper's learning rate.
+    optim = torch.optim.AdamW(model.parameters(), lr=2.5e-4, weight_decay=0.0, fused=True)
     micro_batch = resolve_micro_batch("auto", cfg, B, C, device, 16000)
     generator = torch.Generator().manual_seed(1)
     batches = [torch.randint(0, plan["vocab"], (B, C), generator=generator).to(device)]

@@ -65,7 +65,7 @@ MOVED_KEYS = {
 REPLACED_KEYS = {
     "execution.tokens_per_second": "replaced by the cost model (ihsweep.cost): set "
     "execution.device_profile to a built-in GPU profile or to the profile file that "
-    "bench/train_speed.py writes on your GPU",
+    "bench/gpu_plan.py writes on your GPU",
 }
 
 

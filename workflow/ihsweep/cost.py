@@ -17,7 +17,7 @@ a fixed cost per forward/backward pass (kernel launches, Python, the optimiser),
 small (B, C) cells, plus the FLOPs at a sustained fraction of the device's peak. The constants
 are a *device profile*: built-in ones for common GPUs (the H200's measured, the others the
 vendor's bf16 dense peak at the H200's measured ``mfu``, ``step_overhead_ms`` assumed) and one
-measured on the development CPU; ``bench/train_speed.py`` measures them on the user's own
+measured on the development CPU; ``bench/gpu_plan.py`` measures them on the user's own
 device and writes a profile file that ``execution.device_profile`` accepts. The walltime asked
 for is ``attempt * ceil(overhead_minutes + safety * seconds / 60)``, always for the full budget:
 a run may form no induction heads and then trains to its end.
@@ -77,10 +77,10 @@ MEMORY_MARGIN = 0.85  # auto picks a micro-batch whose estimate is within this s
 # The GPU profiles other than h200 are not measured: the vendor's peak, and the mfu that the
 # paper model sustained against that peak on an H200 (eager bf16, vocabulary 50,257: 67 TFLOP/s
 # of 989; the unpadded vocabulary sends its output matmul to slow kernels), where 0.3 was
-# assumed before and proved 4.4x too fast. Measure yours with bench/train_speed.py.
+# assumed before and proved 4.4x too fast. Measure yours with bench/gpu_plan.py.
 GPU_ASSUMED = (
     "vendor peak; mfu taken from the H200's measurement, step overhead assumed: "
-    "run bench/train_speed.py"
+    "run bench/gpu_plan.py"
 )
 GPU_MFU = 0.07
 DEVICE_PROFILES = {
@@ -212,7 +212,7 @@ def micro_batch_sizes(batch_size: int, micro_batch: int) -> list[int]:
 
 def device_profile(execution: dict) -> dict:
     """The cost model's constants for the study's `execution` section: a built-in profile, or
-    a profile file written by bench/train_speed.py. Raises ValueError naming the problem."""
+    a profile file written by bench/gpu_plan.py or bench/train_speed.py. Raises ValueError naming the problem."""
     choice = execution["device_profile"]
     if choice == "auto":
         on_cpu = execution["device"] == "cpu" or execution["gpu"] == 0
@@ -227,7 +227,7 @@ def device_profile(execution: dict) -> dict:
     if not path.is_file():
         raise ValueError(
             f"{choice!r} is neither a built-in profile ({', '.join(DEVICE_PROFILES)}) nor a "
-            f"file; give one of those, auto, or the JSON that bench/train_speed.py writes"
+            f"file; give one of those, auto, or the JSON that bench/gpu_plan.py writes"
         )
     try:
         profile = json.loads(path.read_text())["profile"]
@@ -236,7 +236,7 @@ def device_profile(execution: dict) -> dict:
     except (ValueError, KeyError, TypeError) as err:
         raise ValueError(
             f"{choice}: not a device profile (expected {{'profile': {{{', '.join(PROFILE_KEYS)}}}}}"
-            f" as bench/train_speed.py writes it): {type(err).__name__}: {err}"
+            f" as bench/gpu_plan.py writes it): {type(err).__name__}: {err}"
         ) from None
     return {"name": str(path), "source": str(path), **profile}
 
