@@ -47,6 +47,7 @@ import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -422,16 +423,14 @@ class Plan:
         """One measurement in a child process; None (and an error row) when it fails."""
         if self.deadline - time.monotonic() < 1:
             return self.error(task, "skipped: the plan's time ran out")
-        try:
-            proc = subprocess.run(
-                self.command(task), capture_output=True, text=True, timeout=self.limit(kind)
-            )
-        except subprocess.TimeoutExpired:
-            return self.error(task, f"timed out after {self.limit(kind):.0f} s")
-        if proc.returncode != 0:
-            last = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]
-            return self.error(task, last)
-        return json.loads(proc.stdout.strip().splitlines()[-1])
+        limit = self.limit(kind)
+        finished = wait_for([start(self.command(task))], limit)
+        if finished is None:
+            return self.error(task, f"timed out after {limit:.0f} s")
+        (code, out, err), *_ = finished
+        if code != 0:
+            return self.error(task, (err.strip().splitlines() or [f"exit code {code}"])[-1])
+        return json.loads(out.strip().splitlines()[-1])
 
     def error(self, task: dict, why) -> None:
         self.record["errors"].append({"task": task, "error": str(why)})
@@ -528,24 +527,49 @@ def print_cell(row: dict) -> None:
           flush=True)  # fmt: skip
 
 
+def start(command: list[str]) -> subprocess.Popen:
+    """A child in a session of its own (its compile workers with it), stderr to a file so that
+    no pipe fills while another child is waited for."""
+    err = tempfile.TemporaryFile(mode="w+")
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=err, text=True,
+                            start_new_session=True)  # fmt: skip
+    proc.err_file = err
+    return proc
+
+
+def wait_for(procs: list[subprocess.Popen], timeout: float) -> list[tuple] | None:
+    """(exit code, stdout, stderr) of every child; None, with all of them and their process
+    groups killed, when they are not done within ``timeout`` seconds in all."""
+    end, results = time.monotonic() + timeout, []
+    try:
+        for proc in procs:
+            out, _ = proc.communicate(timeout=max(0.1, end - time.monotonic()))
+            proc.err_file.seek(0)
+            results.append((proc.returncode, out, proc.err_file.read()))
+    except subprocess.TimeoutExpired:
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+        return None
+    return results
+
+
 def phase_packing(plan: Plan) -> None:
     cell = list(plan.settings["pack_cell"])
     for n in plan.settings["pack"]:
         with tempfile.TemporaryDirectory() as barrier:
             tasks = [{"kind": "pack", "cell": cell, "n": n, "index": i, "barrier": barrier,
                       "plan": plan.name} for i in range(n)]  # fmt: skip
-            procs = [subprocess.Popen(plan.command(t), stdout=subprocess.PIPE, text=True)
-                     for t in tasks]  # fmt: skip
-            try:
-                outputs = [p.communicate(timeout=plan.limit("pack"))[0] for p in procs]
-            except subprocess.TimeoutExpired:
-                for p in procs:
-                    p.kill()
-                plan.error({"kind": "pack", "n": n}, "timed out")
-                continue
-        if any(p.returncode for p in procs):
-            plan.error({"kind": "pack", "n": n}, "a process failed")
+            finished = wait_for([start(plan.command(t)) for t in tasks], plan.limit("pack"))
+        if finished is None:
+            plan.error({"kind": "pack", "n": n}, "timed out")
             continue
+        failed = [err.strip().splitlines()[-1:] for code, _, err in finished if code]
+        if failed:
+            plan.error({"kind": "pack", "n": n}, f"a process failed: {failed[0]}")
+            continue
+        outputs = [out for _, out, _ in finished]
         rows = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
         total = sum(r["tokens_per_second"] for r in rows)
         per_process = [r["tokens_per_second"] for r in rows]
@@ -686,7 +710,12 @@ def main(argv=None) -> int:
     phase_cells(plan, variants[1:])
     plan.write()
     print_summary(plan.record)
-    print(f"wrote {plan.out}; its profile is what execution.device_profile takes")
+    usable = (
+        "its profile is what execution.device_profile takes"
+        if "profile" in plan.record
+        else ("no eager cell was timed, so it holds no profile")
+    )
+    print(f"wrote {plan.out}; {usable}")
     return 0
 
 
