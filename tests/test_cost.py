@@ -385,7 +385,7 @@ def test_a_study_that_trains_on_the_cpu_is_shown_in_core_hours_and_host_memory()
     report, table = cost.cost_report(gpu_sized, gpu_here=False)
     assert report.startswith(cost.format_cost(cost.cost_table(cpu_sized), cpu_sized))
     assert f"full budgets: 0.09B tokens, {core_hours:.1f} core-hours" in report
-    assert "host GB" in report and "GPU GB" not in report and "/80" not in report
+    assert "host_GB" in report and "GPU_GB" not in report and "/80" not in report
     assert table.device_hours.sum() == core_hours
     assert (
         f"on a GPU (device profile a100-80gb, which sizes cluster jobs): {gpu_hours:.1f}" in report
@@ -393,7 +393,7 @@ def test_a_study_that_trains_on_the_cpu_is_shown_in_core_hours_and_host_memory()
     # With a GPU here, the GPU's table alone.
     report, _ = cost.cost_report(gpu_sized, gpu_here=True)
     assert report == cost.format_cost(cost.cost_table(gpu_sized), gpu_sized)
-    assert "GPU GB" in report and "core-hours" not in report
+    assert "GPU_GB" in report and "core-hours" not in report
     # Sized for the CPU, or for a GPU the user named, the table stands alone wherever it runs.
     for sized in (cpu_sized, study(device_profile="h200")):
         for here in (True, False):

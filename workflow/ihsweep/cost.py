@@ -212,7 +212,8 @@ def micro_batch_sizes(batch_size: int, micro_batch: int) -> list[int]:
 
 def device_profile(execution: dict) -> dict:
     """The cost model's constants for the study's `execution` section: a built-in profile, or
-    a profile file written by bench/gpu_plan.py or bench/train_speed.py. Raises ValueError naming the problem."""
+    a profile file written by bench/gpu_plan.py or bench/train_speed.py. Raises ValueError
+    naming the problem."""
     choice = execution["device_profile"]
     if choice == "auto":
         on_cpu = execution["device"] == "cpu" or execution["gpu"] == 0
@@ -368,16 +369,16 @@ def format_cost(table, study) -> str:
             "run": table.run_id,
             "updates": table.updates,
             "tokens": [f"{t / 1e6:,.1f}M" for t in table.tokens],
-            "stop at": [f"{t / 1e6:,.1f}M" for t in table.early_stop_tokens],
-            "micro-batch": table.micro_batch,
-            f"{memory} GB": [
+            "stop_at": [f"{t / 1e6:,.1f}M" for t in table.early_stop_tokens],
+            "micro_batch": table.micro_batch,
+            f"{memory}_GB": [
                 f"{p:.1f}/{m:.0f}" for p, m in zip(table.peak_gb, table.limit_gb, strict=True)
             ],
-            f"{unit}-h": [f"{h:.2f}" for h in table.device_hours],
-            f"{unit}-h stop": [f"{h:.2f}" for h in table.early_stop_device_hours],
-            "walltime min": table.walltime_min,
+            f"{unit}_h": [f"{h:.2f}" for h in table.device_hours],
+            f"{unit}_h_stop": [f"{h:.2f}" for h in table.early_stop_device_hours],
+            "walltime_min": table.walltime_min,
             "ckpts": table.checkpoints,
-            "ckpt GB": [f"{g:.2f}" for g in table.checkpoint_gb],
+            "ckpt_GB": [f"{g:.2f}" for g in table.checkpoint_gb],
         }
     )
     full, stop = table.tokens.sum(), table.early_stop_tokens.sum()
