@@ -136,6 +136,8 @@ def test_pythia_study_dry_run_probes_seven_suites(tmp_path):
     result = snakemake(tmp_path, "-n")
     assert result.rc == 0, result.out
     assert job_stats(result.out) == {"probe_suite": 7, "aggregate_natural": 1, "all": 1}
+    # The dry run's cost table: a study of suites trains nothing (and once divided by zero).
+    assert "no training runs: the study trains nothing" in result.out
 
 
 @pytest.mark.slow
