@@ -106,36 +106,6 @@ def padded_vocab(vocab: int, multiple: int) -> int:
     return -(-vocab // multiple) * multiple
 
 
-def sliced_loss(features, W_U, targets, vocab: int):
-    import torch.nn.functional as F
-
-    return F.cross_entropy((features @ W_U.T)[:, :vocab].float(), targets, reduction="sum")
-
-
-def padded_next_token_loss(model, x, autocast, vocab: int, explicit: bool = False):
-    """``loop.next_token_loss`` on a model whose vocabulary is padded past ``vocab``: the
-    lm-head GEMM runs on the padded rows, the loss sees the first ``vocab`` logits only."""
-    from ihsweep import cost
-    from torch.utils.checkpoint import checkpoint
-
-    inputs, targets = x[:, :-1], x[:, 1:].flatten()
-    rows = cost.loss_chunk_rows(model.cfg.vocab_size, x.device.type)
-    with autocast:
-        features = model.features(inputs, explicit=explicit).flatten(0, 1)
-        total = sum(
-            checkpoint(
-                sliced_loss,
-                features[i : i + rows],
-                model.W_U,
-                targets[i : i + rows],
-                vocab,
-                use_reentrant=False,
-            )
-            for i in range(0, targets.numel(), rows)
-        )
-    return total / targets.numel()
-
-
 def variant_setup(variant: str, plan: dict, C: int, device):
     """(model config, loss function) of a variant; the padded ones zero their padding rows
     after building the model (``build_model``)."""
@@ -155,10 +125,9 @@ def variant_setup(variant: str, plan: dict, C: int, device):
     if variant == "compiled" and plan["backend"] == "inductor":
         return cfg, loop.compiled_loss()
     explicit = variant.endswith("compiled")
+    # A padded model's loss sees the first V logits only; the lm-head GEMM runs on all rows.
     loss = functools.partial(
-        padded_next_token_loss if padded else loop.next_token_loss,
-        explicit=explicit,
-        **({"vocab": vocab} if padded else {}),
+        loop.next_token_loss, explicit=explicit, vocab_size=vocab if padded else None
     )
     if explicit:
         loss = torch.compile(loss, dynamic=False, backend=plan["backend"])

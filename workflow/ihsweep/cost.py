@@ -386,7 +386,7 @@ def format_cost(table, study) -> str:
         shown.to_string(index=False),
         f"{len(table)} runs, {table.updates.sum():,} updates at their budgets",
         f"  full budgets: {full / 1e9:.2f}B tokens, {table.device_hours.sum():.1f} {unit}-hours",
-        f"  with early stop: {stop / 1e9:.2f}B tokens ({stop / max(full, 1):.0%}), "
+        f"  with early stop: {stop / 1e9:.2f}B tokens ({stop / full:.0%}), "
         f"{table.early_stop_device_hours.sum():.1f} {unit}-hours: {early_stop_summary(study)}",
         f"  walltime asked for: {table.walltime_min.sum() / 60:.1f} hours (each job for its "
         f"full budget: a run may form no induction heads); "
@@ -415,9 +415,8 @@ def cost_report(study, gpu_here: bool | None = None):
     When the table is the CPU's in place of the GPU the jobs are sized for (``shown_study``),
     a last line gives what the same runs cost on that GPU."""
     if not study.runs:
-        return "no training runs: the study trains nothing (checkpoint suites only)", cost_table(
-            study
-        )
+        text = "no training runs: the study trains nothing (checkpoint suites only)"
+        return text, cost_table(study)
     shown = shown_study(study, gpu_here)
     try:
         table = cost_table(shown)

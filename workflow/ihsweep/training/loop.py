@@ -216,9 +216,12 @@ def format_eta(seconds: float) -> str:
     return f"{s // 60}m{s % 60:02d}s"
 
 
-def next_token_loss(model: GPT, x: torch.Tensor, autocast, explicit: bool = False):
+def next_token_loss(
+    model: GPT, x: torch.Tensor, autocast, explicit: bool = False, vocab_size: int | None = None
+):
     """Mean cross-entropy of predicting x[:, 1:] from x[:, :-1], in fp32 (``explicit``: with
-    the model's explicit attention path).
+    the model's explicit attention path; ``vocab_size``: over the first ``vocab_size`` logits
+    only, for a model whose vocabulary is padded past it; None: over all of them).
 
     When the logits would exceed the device's ``cost.LOSS_CHUNK_LOGITS``, they are computed a
     slice of positions at a time and recomputed in the backward pass (activation
@@ -228,7 +231,7 @@ def next_token_loss(model: GPT, x: torch.Tensor, autocast, explicit: bool = Fals
     rows = cost.loss_chunk_rows(model.cfg.vocab_size, x.device.type)
     if targets.numel() <= rows:
         with autocast:
-            logits = model(inputs, explicit=explicit)
+            logits = _first_logits(model(inputs, explicit=explicit), vocab_size)
         return F.cross_entropy(logits.float().flatten(0, 1), targets)
     with autocast:
         features = model.features(inputs, explicit=explicit).flatten(0, 1)
@@ -238,6 +241,7 @@ def next_token_loss(model: GPT, x: torch.Tensor, autocast, explicit: bool = Fals
                 features[i : i + rows],
                 model.W_U,
                 targets[i : i + rows],
+                vocab_size,
                 use_reentrant=False,
             )
             for i in range(0, targets.numel(), rows)
@@ -245,8 +249,15 @@ def next_token_loss(model: GPT, x: torch.Tensor, autocast, explicit: bool = Fals
     return total / targets.numel()
 
 
-def _summed_loss(features: torch.Tensor, W_U: torch.Tensor, targets: torch.Tensor):
-    return F.cross_entropy((features @ W_U.T).float(), targets, reduction="sum")
+def _summed_loss(
+    features: torch.Tensor, W_U: torch.Tensor, targets: torch.Tensor, vocab_size: int | None
+):
+    logits = _first_logits(features @ W_U.T, vocab_size)
+    return F.cross_entropy(logits.float(), targets, reduction="sum")
+
+
+def _first_logits(logits: torch.Tensor, vocab_size: int | None) -> torch.Tensor:
+    return logits if vocab_size is None else logits[..., :vocab_size]
 
 
 def batch_loss(
