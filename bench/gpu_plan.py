@@ -16,7 +16,7 @@ does not finish, or memory that runs out, costs one row, not the run). Phases:
    the tolerance is not timed.
 3. **baseline**: the paper model (2 layers, 8 heads, width 768, GPT-2's vocabulary of 50,257)
    at (B, C) = (8, 64), (32, 256), (256, 1024) with today's eager trainer step
-   (``ihsweep.training.loop.train_step``: micro-batches, chunked loss, fused AdamW, clipping,
+   (``ihsweep.training.step.train_step``: micro-batches, chunked loss, fused AdamW, clipping,
    bf16 autocast).
 4. **packing**: 1, 2, 4 and 8 training processes sharing the GPU at (8, 64) (time-sliced, no
    MPS): tokens/s in all, against one process.
@@ -110,7 +110,7 @@ def variant_setup(variant: str, plan: dict, C: int, device):
     """(model config, loss function) of a variant; the padded ones zero their padding rows
     after building the model (``build_model``)."""
     import torch
-    from ihsweep.training import loop
+    from ihsweep.training import step
     from ihsweep.training.model import GPTConfig
 
     padded = variant.startswith("padded")
@@ -121,13 +121,13 @@ def variant_setup(variant: str, plan: dict, C: int, device):
         **plan["model"],
     )
     if variant == "eager":
-        return cfg, loop.next_token_loss
+        return cfg, step.next_token_loss
     if variant == "compiled" and plan["backend"] == "inductor":
-        return cfg, loop.compiled_loss()
+        return cfg, step.compiled_loss()
     explicit = variant.endswith("compiled")
     # A padded model's loss sees the first V logits only; the lm-head GEMM runs on all rows.
     loss = functools.partial(
-        loop.next_token_loss, explicit=explicit, vocab_size=vocab if padded else None
+        step.next_token_loss, explicit=explicit, vocab_size=vocab if padded else None
     )
     if explicit:
         loss = torch.compile(loss, dynamic=False, backend=plan["backend"])
@@ -161,17 +161,10 @@ def synchronize(device) -> None:
 
 
 def worker_device(plan: dict):
-    import torch
-    from ihsweep.training import loop
+    from ihsweep.training.execution import prepare_device
 
-    device = torch.device("cuda" if plan["name"] == "gpu" else "cpu")
-    if device.type == "cpu":  # as a training job sets itself up (training/loop.py)
-        torch.set_num_threads(1)
-        loop.keep_freed_memory()
-    else:
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    return device
+    # As a training job sets itself up; one thread per CPU worker.
+    return prepare_device("cuda" if plan["name"] == "gpu" else "cpu", threads=1)
 
 
 def task_env(plan: dict, task: dict) -> dict:
@@ -283,7 +276,8 @@ def prepared_step(plan: dict, task: dict, device):
     """The trainer's step for one (variant, cell), its micro-batch and its passes."""
     import torch
     from ihsweep import cost
-    from ihsweep.training.loop import resolve_micro_batch, train_step
+    from ihsweep.training.execution import resolve_micro_batch
+    from ihsweep.training.step import train_step
 
     B, C = task["cell"]
     cfg, loss_fn = variant_setup(task["variant"], plan, C, device)

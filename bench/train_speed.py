@@ -71,7 +71,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 from ihsweep import cost  # noqa: E402
 from ihsweep.steps._args import micro_batch_arg  # noqa: E402
 from ihsweep.training import loop  # noqa: E402
-from ihsweep.training.loop import pick_device, resolve_micro_batch, train_step  # noqa: E402
+from ihsweep.training.execution import pick_device, resolve_micro_batch  # noqa: E402
+from ihsweep.training.step import train_step  # noqa: E402
 from ihsweep.training.model import GPT, GPTConfig  # noqa: E402
 
 PAPER_CELLS = "8x64,32x256,256x1024"

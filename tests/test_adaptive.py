@@ -23,12 +23,15 @@ from conftest import SCHEMA
 from ihsweep.analysis.emergence import emergence_table, replay_stop, run_point
 from ihsweep.analysis.lawfit import fit_law
 from ihsweep.config import prepare
+from ihsweep.early_stop import stop_rule_of
 from ihsweep.layout import PROGRESS_JSON, RUN_JSON
 from ihsweep.probing.run import probe_run, with_run_record
 from ihsweep.steps import probe as probe_command
 from ihsweep.training import loop
 from ihsweep.training.checkpoints import list_checkpoints
-from ihsweep.training.loop import DivergenceWatch, spec_hash, train
+from ihsweep.training.loop import train
+from ihsweep.training.resume import spec_hash
+from ihsweep.training.stops import DivergenceWatch
 from test_train import (
     CPU,
     TIMEOUT,
@@ -210,7 +213,7 @@ def test_stopped_runs_find_the_points_and_the_law_of_the_full_runs(tmp_path, cap
         data = periodic_chunks(tmp_path / f"data-C{context}", context)
         run_dir = tmp_path / f"B{batch}-C{context}"
         spec, probe = periodic_study(batch, context, {"margin_decades": MARGIN})
-        summary = train(spec, data, run_dir, **CPU)
+        summary = train(spec, data, run_dir, **CPU, stop_rule=stop_rule_of(spec))
         assert summary["outcome"] == "stopped_early", summary
         assert (
             summary["tokens"] < STUDY_BUDGET / 2
@@ -222,7 +225,7 @@ def test_stopped_runs_find_the_points_and_the_law_of_the_full_runs(tmp_path, cap
 
         spec_full, _ = periodic_study(batch, context, False)
         assert spec_hash(spec_full) == spec_hash(spec)
-        summary = train(spec_full, data, run_dir, **CPU)
+        summary = train(spec_full, data, run_dir, **CPU, stop_rule=stop_rule_of(spec_full))
         assert summary["outcome"] == "completed" and summary["tokens"] == summary["budget"]
         assert f"resuming at step {stopped[-1]['step'].max()}/" in capsys.readouterr().out
         full.append(model_table(run_dir, probe))

@@ -23,21 +23,23 @@ import torch
 from ihsweep.config import complete
 from ihsweep.probing.run import probe_checkpoint, probe_run
 from ihsweep.steps import probe as probe_command
-from ihsweep.training import checkpoints
+from ihsweep.training import resume
 from ihsweep.training.checkpoints import (
     DamagedFile,
     checkpoint_paths,
+    file_sha256,
     list_checkpoints,
-    load_checkpoint_weights,
-    load_resume_state,
-    resume_path,
-    resume_sidecar,
-    save_checkpoint,
-    save_resume_state,
     verify_checkpoint,
 )
 from ihsweep.training.loop import train
 from ihsweep.training.model import GPT, GPTConfig
+from ihsweep.training.resume import (
+    load_resume_state,
+    resume_path,
+    resume_sidecar,
+    save_resume_state,
+)
+from ihsweep.training.weights import load_checkpoint_weights, save_checkpoint
 from safetensors.torch import load_file
 from test_train import CPU, assert_same_tensors, make_dataset, make_spec
 
@@ -243,7 +245,7 @@ def test_resume_state_damage(tmp_path):
 
     # A file that matches its checksum but that torch.load refuses (here: not a pickle at all).
     resume_path(tmp_path).write_bytes(b"not a torch file")
-    digest = checkpoints.file_sha256(resume_path(tmp_path))
+    digest = file_sha256(resume_path(tmp_path))
     resume_sidecar(tmp_path).write_text(json.dumps({"step": 2, "sha256": digest}))
     state, damaged = load_resume_state(tmp_path)
     assert int(state["step"]) == 1 and "torch.load failed" in str(damaged[0])
@@ -296,7 +298,7 @@ class Killed(BaseException):
 
 def kill_during_rotation(monkeypatch, point: str, at_step: int) -> None:
     """Make the save of the state of ``at_step`` stop dead at ``point`` of the rotation."""
-    real_replace, real_write_json = checkpoints.os.replace, checkpoints.write_json
+    real_replace, real_write_json = resume.os.replace, resume.write_json
 
     def replace(src, dst):
         if Path(src).name == "resume.pt" and point == "before_rename":
@@ -310,9 +312,9 @@ def kill_during_rotation(monkeypatch, point: str, at_step: int) -> None:
             raise Killed
         real_write_json(path, obj)
 
-    monkeypatch.setattr(checkpoints, "os", types.SimpleNamespace(replace=replace))
+    monkeypatch.setattr(resume, "os", types.SimpleNamespace(replace=replace))
     if point == "before_sidecar":
-        monkeypatch.setattr(checkpoints, "write_json", write_json)
+        monkeypatch.setattr(resume, "write_json", write_json)
 
 
 @pytest.mark.parametrize("point", ["before_rename", "after_rename", "before_sidecar"])

@@ -35,7 +35,8 @@ import torch
 from conftest import REPO, job_stats, study_text
 from ihsweep import layout
 from ihsweep.config import Run
-from ihsweep.training.checkpoints import list_checkpoints, load_weights
+from ihsweep.training.checkpoints import list_checkpoints
+from ihsweep.training.weights import load_weights
 from slurm_cluster import LocalSlurm, missing_requirements
 
 # The aggregates of the test studies, which keep the schema's default name (`study`).

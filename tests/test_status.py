@@ -20,7 +20,7 @@ from conftest import SCHEMA
 from ihsweep import layout
 from ihsweep.config import Run, prepare
 from ihsweep.status import main, run_state, status_table, totals
-from ihsweep.training.loop import read_progress, write_progress
+from ihsweep.training.progress import read_progress, write_progress
 
 # The aggregates of the test studies, which keep the schema's default name (`study`).
 NATURAL = layout.natural_dir("default")

@@ -41,27 +41,17 @@ from ihsweep.layout import PROGRESS_JSON
 from ihsweep.probing.run import probe_run
 from ihsweep.steps import train as train_command
 from ihsweep.training import loop
-from ihsweep.training.checkpoints import (
-    list_checkpoints,
-    load_resume_state,
-    save_checkpoint,
-    save_resume_state,
-)
-from ihsweep.training.loop import (
-    EXIT_INTERRUPTED,
-    ChunkSampler,
-    Progress,
-    batch_loss,
-    clip_gradients,
-    keep_freed_memory,
-    lr_at,
-    next_token_loss,
-    read_progress,
-    spec_hash,
-    train,
-    train_step,
-)
+from ihsweep.training.checkpoints import list_checkpoints
+from ihsweep.training.execution import keep_freed_memory
+from ihsweep.training.loop import train
 from ihsweep.training.model import GPT, GPTConfig
+from ihsweep.training.progress import Progress, read_progress
+from ihsweep.training.resume import load_resume_state, save_resume_state, spec_hash
+from ihsweep.training.sampler import ChunkSampler
+from ihsweep.training.schedule import lr_at
+from ihsweep.training.step import batch_loss, clip_gradients, next_token_loss, train_step
+from ihsweep.training.stops import EXIT_INTERRUPTED
+from ihsweep.training.weights import save_checkpoint
 from safetensors import safe_open
 from safetensors.torch import load_file
 
@@ -932,18 +922,18 @@ def test_command_takes_missing_execution_flags_from_the_schema(tmp_path, monkeyp
     assert defaults["progress_seconds"] == 15
     assert defaults["micro_batch"] == "auto" and defaults["train_mem_mb"] == 16000
     assert defaults["compile"] is False
-    assert calls[-1] == (spec, data, run, "auto", 1, 15, "auto", 16000, None, False)
+    assert calls[-1] == (spec, data, run, "auto", 1, 15, "auto", 16000, None, False, None)
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     argv = ["--spec", f"@{tmp_path / 'spec.json'}", "--data-dir", str(data), "--run-dir", str(run)]
     flags = ["--device", "cpu", "--threads", "3", "--stop-after-step", "2"]
     assert train_command.main([*argv, *flags]) == 0
-    assert calls[-1] == (spec, data, run, "cpu", 3, 15, "auto", 16000, 2, False)
+    assert calls[-1] == (spec, data, run, "cpu", 3, 15, "auto", 16000, 2, False, None)
     memory = ["--micro-batch", "2", "--memory-mb", "900"]
     assert train_command.main([*argv, *memory]) == 0
-    assert calls[-1] == (spec, data, run, "auto", 1, 15, 2, 900, None, False)
+    assert calls[-1] == (spec, data, run, "auto", 1, 15, 2, 900, None, False, None)
     for flag, setting in (("true", True), ("False", False), ("auto", "auto")):
         assert train_command.main([*argv, "--compile", flag]) == 0
-        assert calls[-1] == (spec, data, run, "auto", 1, 15, "auto", 16000, None, setting)
+        assert calls[-1] == (spec, data, run, "auto", 1, 15, "auto", 16000, None, setting, None)
     with pytest.raises(SystemExit):
         train_command.main([*argv, "--compile", "yes"])
 

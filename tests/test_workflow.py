@@ -4,9 +4,9 @@ One module-scoped fixture runs the study tests/studies/workflow.yaml once (about
 two busy cores: KJV, a 512-type BPE, a 2x2 grid of B x C plus one wider model, attention-only
 d=32 models, 60k tokens per run), then runs Snakemake again and dry-runs config changes (one
 analysis setting; only execution settings, in a configfile and as --set-threads and
---set-resources) and a copy of the checkout with one module edited, before any test looks.
-Paths are ``ihsweep.layout``'s. The tests inspect what it left; only the probe-cache test
-changes the folder, and it runs last.
+--set-resources), a copy of the checkout with one module edited and one with two rules' commands
+reworded, before any test looks. Paths are ``ihsweep.layout``'s. The tests inspect what it left;
+only the probe-cache test changes the folder, and it runs last.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ import yaml
 from conftest import REPO, job_stats, logs_of, mtimes, run_study, snakemake, study_text
 from ihsweep import layout
 from ihsweep.config import prepare
-from ihsweep.training.checkpoints import load_checkpoint_weights, read_checkpoint
+from ihsweep.training.checkpoints import read_checkpoint
 from ihsweep.training.model import GPT, GPTConfig
+from ihsweep.training.weights import load_checkpoint_weights
 
 # The aggregates of the test studies, which keep the schema's default name (`study`).
 NATURAL = layout.natural_dir("default")
@@ -76,14 +77,20 @@ def study(tmp_path_factory) -> SimpleNamespace:
     assert mtimes(workdir / layout.RESULTS) == after, "a dry run changed results/"
 
     # An update of the package: a copy of the checkout whose law fit gained a comment.
-    checkout = tmp_path_factory.mktemp("checkout")
-    shutil.copy(REPO / "Snakefile", checkout)
-    for folder in ("workflow", "profiles"):
-        shutil.copytree(REPO / folder, checkout / folder, ignore=NOT_SOURCE)
+    checkout = copy_checkout(tmp_path_factory.mktemp("checkout"))
     code_same = snakemake(workdir, "-n", checkout=checkout)
     with open(checkout / "workflow" / "ihsweep" / "analysis" / "lawfit.py", "a") as lawfit:
         lawfit.write("# an update\n")
     code_updated = snakemake(workdir, "-n", checkout=checkout)
+
+    # A refactor of the rules: a copy whose train and probe commands' text changed, not what
+    # they do; planned under the workflow profile's triggers, then with Snakemake's `code` one.
+    refactored = copy_checkout(tmp_path_factory.mktemp("refactored"))
+    refactor_commands(refactored)
+    refactor = snakemake(workdir, "-n", "--quiet", "rules", checkout=refactored)
+    refactor_code_trigger = snakemake(
+        workdir, "-n", "--quiet", "rules", "--rerun-triggers", "code", checkout=refactored
+    )
 
     grid = workdir / "grid.yaml"
     grid.write_text(GRID_STUDY)
@@ -104,10 +111,33 @@ def study(tmp_path_factory) -> SimpleNamespace:
         execution_flags=execution_flags,
         code_same=code_same,
         code_updated=code_updated,
+        refactor=refactor,
+        refactor_code_trigger=refactor_code_trigger,
         grid_study=grid_study,
         after_grid_study=after_grid_study,
         first_study_again=first_study_again,
     )
+
+
+def copy_checkout(dest: Path) -> Path:
+    """The Snakefile, workflow/ and profiles/ (the workflow profile) of the checkout, in dest."""
+    shutil.copy(REPO / "Snakefile", dest)
+    for folder in ("workflow", "profiles"):
+        shutil.copytree(REPO / folder, dest / folder, ignore=NOT_SOURCE)
+    return dest
+
+
+# The commands a refactor edits: the same job, other text (`:` is the shell's no-op), which
+# Snakemake's `code` trigger sees (it compares a rule's shell command text with the recorded).
+REFACTORED = {"train.smk": "ihsweep.steps.train ", "probe.smk": "ihsweep.steps.probe "}
+
+
+def refactor_commands(checkout: Path) -> None:
+    for smk, module in REFACTORED.items():
+        path = checkout / "workflow" / "rules" / smk
+        text = path.read_text()
+        assert text.count(f'"python -m {module}') == 1, (smk, module)
+        path.write_text(text.replace(f'"python -m {module}', f'": a refactor; python -m {module}'))
 
 
 def run_path(study, run, name: str) -> Path:
@@ -264,6 +294,20 @@ def test_an_update_of_the_package_reruns_only_the_aggregates(study):
     assert updated.rc == 0, updated.out[-3000:]
     assert job_stats(updated.out) == {"aggregate_natural": 1, "all": 1}, updated.out[-3000:]
     assert re.search(r"params have changed since last execution:\s+aggregate_natural", updated.out)
+
+
+def test_a_refactor_of_the_rules_commands_retrains_and_reprobes_nothing(study):
+    """The workflow profile's rerun triggers leave out `code`: the train and probe commands'
+    text changed in a copy of the checkout plans no job; Snakemake's `code` trigger, named on
+    the command line, plans every run's training and probes again (what the profile avoids)."""
+    refactor, forced = study.refactor, study.refactor_code_trigger
+    assert refactor.rc == 0, refactor.out[-3000:]
+    assert job_stats(refactor.out) == {}, refactor.out[-3000:]
+    assert "Nothing to be done" in refactor.out, refactor.out[-3000:]
+    assert forced.rc == 0, forced.out[-3000:]
+    n_runs = len(study.study.runs)
+    stats = job_stats(forced.out)
+    assert stats["train"] == stats["probe"] == n_runs, forced.out[-3000:]
 
 
 def test_a_second_study_shares_the_runs_and_keeps_its_own_aggregates(study):

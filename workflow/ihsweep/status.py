@@ -58,7 +58,7 @@ from ihsweep.analysis.emergence import predicted_within
 from ihsweep.analysis.lawfit import predict_updates
 from ihsweep.config import Run, Study, add_configfile, study_of_files
 from ihsweep.training.checkpoints import list_checkpoints
-from ihsweep.training.loop import read_progress
+from ihsweep.training.progress import read_progress
 
 COLUMNS = [
     "run_id", "state", "outcome", "tokens", "budget", "emerged", "tokens_pt", "tokens_lo",

@@ -26,8 +26,9 @@ import torch
 
 from ihsweep.io import read_parquet_key, write_parquet
 from ihsweep.probing.scores import make_probe_batch, probe_model
-from ihsweep.training.checkpoints import list_checkpoints, load_checkpoint_weights
+from ihsweep.training.checkpoints import list_checkpoints
 from ihsweep.training.model import GPT, GPTConfig
+from ihsweep.training.weights import load_checkpoint_weights
 
 RUN_COLUMNS = ["run_id", "data", "model", "batch_size", "context_size", "seed"]
 HEAD_COLUMNS = [*RUN_COLUMNS, "step", "tokens", "layer", "head", "ps", "la"]

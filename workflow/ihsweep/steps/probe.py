@@ -19,7 +19,7 @@ from ihsweep.layout import RUN_JSON
 from ihsweep.probing.run import probe_run, with_run_record
 from ihsweep.steps import _args
 from ihsweep.training.checkpoints import DamagedFile
-from ihsweep.training.loop import pick_device
+from ihsweep.training.execution import pick_device
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,7 @@ from ihsweep.config import complete
 from ihsweep.io import json_arg, write_parquet
 from ihsweep.probing.suite import SuiteError, probe_suite
 from ihsweep.steps import _args
-from ihsweep.training.loop import pick_device
+from ihsweep.training.execution import pick_device
 
 
 def main(argv: list[str] | None = None) -> int:

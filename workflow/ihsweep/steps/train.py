@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ihsweep.early_stop import stop_rule_of
 from ihsweep.io import json_arg
 from ihsweep.steps import _args
 from ihsweep.training.loop import train
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         execution["train_mem_mb"],
         args.stop_after_step,
         execution["compile"],
+        stop_rule_of(args.spec),
     )
     return 0
 

@@ -1,0 +1,148 @@
+"""What a training job tells the world while it runs: its log lines and ``progress.json``.
+
+``Progress`` decides when a progress line is due and writes it; ``write_progress`` and
+``read_progress`` are the one writer and reader of ``progress.json``, the record
+``ihsweep.status`` reads; ``summary_line`` is the log's last line. No torch here: ``status``
+imports this module to read the records of a study that is training elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ihsweep.io import write_json
+from ihsweep.layout import PROGRESS_JSON
+
+
+class Progress:
+    """When to print a progress line: once ``seconds`` of wall time have passed since the last
+    one, and at the last step, so a log reads at a steady pace whatever the run's speed (a
+    fixed step interval floods the log of a small model and starves that of a large one)."""
+
+    def __init__(self, seconds: float, step: int, clock=time.perf_counter):
+        self.seconds, self.clock = seconds, clock
+        self.start_time = self.last_time = clock()
+        self.start_step = self.last_step = step
+        self.losses: list[float] = []
+        self.tokens_per_second: float | None = None  # of the last line's window
+
+    def add(self, loss: float) -> None:
+        self.losses.append(loss)
+
+    def due(self, step: int, total_steps: int) -> bool:
+        return step == total_steps or self.clock() - self.last_time >= self.seconds
+
+    def line(self, step: int, total_steps: int, tokens_per_step: int, flops_per_token: float):
+        """The line for ``step`` (losses and speed since the previous line); starts a new one."""
+        now = self.clock()
+        window = max(now - self.last_time, 1e-9)
+        tps = (step - self.last_step) * tokens_per_step / window
+        self.tokens_per_second = tps
+        mean_tps = (step - self.start_step) * tokens_per_step / max(now - self.start_time, 1e-9)
+        eta = (total_steps - step) * tokens_per_step / mean_tps if mean_tps > 0 else 0.0
+        loss = float(np.mean(self.losses)) if self.losses else float("nan")
+        self.last_time, self.last_step, self.losses = now, step, []
+        return (
+            f"step {step}/{total_steps} | tokens {step * tokens_per_step / 1e6:.2f}M"
+            f" | loss {loss:.4f} | {tps / 1e3:.1f}k tok/s"
+            f" | {tps * flops_per_token / 1e9:.1f} GFLOP/s | ETA {format_eta(eta)}"
+        )
+
+
+def write_progress(
+    run_dir: Path,
+    state: str,
+    step: int,
+    total_steps: int,
+    tokens_per_step: int,
+    tokens_per_second: float | None,
+    **extra,
+) -> None:
+    """The run's ``progress.json``, the one record ``ihsweep.status`` reads while it trains::
+
+        {"state": "running" | "interrupted" | "failed" | "done", "step", "total_steps",
+         "tokens", "budget", "tokens_per_second" (since the last record), "updated" (Unix time)}
+
+    plus ``signal`` (interrupted) or ``error`` (failed). A record that says running but has not
+    been updated for minutes belongs to a job that died without a word (killed, node lost).
+    """
+    record = {
+        "state": state,
+        "step": step,
+        "total_steps": total_steps,
+        "tokens": step * tokens_per_step,
+        "budget": total_steps * tokens_per_step,
+        "tokens_per_second": None if tokens_per_second is None else round(tokens_per_second, 1),
+        "updated": round(time.time(), 3),
+        **extra,
+    }
+    write_json(Path(run_dir) / PROGRESS_JSON, record)
+
+
+def read_progress(run_dir: Path) -> dict:
+    """The run's ``progress.json`` ({} when training never started or the file is damaged)."""
+    try:
+        return json.loads((Path(run_dir) / PROGRESS_JSON).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def format_eta(seconds: float) -> str:
+    s = int(max(0, seconds))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s"
+
+
+def summary_line(summary: dict, checkpoints: list[dict]) -> str:
+    """The log's last line: how the run ended, what it reached (of its budget), its final
+    losses and this session's speed."""
+    train_loss, speed = summary["final_train_loss"], summary["tokens_per_second_this_session"]
+    val_loss = f"{checkpoints[-1]['val_loss']:.4f}" if checkpoints else "n/a"
+    ending = {"completed": "done", "stopped_early": "stopped early", "diverged": "diverged"}
+    return (
+        f"{ending[summary['outcome']]}: {summary['steps']} of {summary['total_steps']} steps,"
+        f" {summary['tokens'] / 1e6:.2f}M of {summary['budget'] / 1e6:.2f}M tokens"
+        f" | final train loss {'n/a' if train_loss is None else f'{train_loss:.4f}'}"
+        f", val loss {val_loss}"
+        f" | {summary['seconds_this_session']:.0f} s this session"
+        + ("" if speed is None else f" at {speed / 1e3:.1f}k tok/s")
+    )
+
+
+class LossLog:
+    """The run's ``loss.csv`` (``step,tokens,split,loss,lr``): a train row every ``log_every``
+    updates (the mean loss of that window, and the lr) and a val row at every checkpoint."""
+
+    HEADER = "step,tokens,split,loss,lr\n"
+
+    def __init__(self, path: Path, tokens_per_step: int):
+        self.path, self.tokens_per_step = Path(path), tokens_per_step
+
+    def start(self, step: int) -> None:
+        """Continue the log at ``step``: rows written after it go (they will be written again)."""
+        if self.path.exists():
+            lines = self.path.read_text().splitlines(keepends=True)
+            kept = lines[:1] + [ln for ln in lines[1:] if int(ln.split(",", 1)[0]) <= step]
+            if len(kept) != len(lines):
+                self.path.write_text("".join(kept))
+        else:
+            self.path.write_text(self.HEADER)
+
+    def train(self, step: int, loss: float, lr: float) -> None:
+        self._append(f"{step},{step * self.tokens_per_step},train,{loss:.6f},{lr:.6g}\n")
+
+    def val(self, step: int, loss: float) -> None:
+        self._append(f"{step},{step * self.tokens_per_step},val,{loss:.6f},\n")
+
+    def train_losses(self) -> list[tuple[int, float]]:
+        rows = [line.split(",") for line in self.path.read_text().splitlines()[1:]]
+        return [(int(r[0]), float(r[3])) for r in rows if r[2] == "train"]
+
+    def _append(self, row: str) -> None:
+        with open(self.path, "a") as f:
+            f.write(row)

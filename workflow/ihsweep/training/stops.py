@@ -1,0 +1,80 @@
+"""Why a run stops before its budget: a signal, divergence, or a rule handed to the trainer.
+
+- ``StopRequested``: SIGTERM or SIGUSR1 (sent by SLURM before a walltime kill or on
+  preemption) becomes a flag checked between steps; the trainer saves the resume state at the
+  next step and exits with ``EXIT_INTERRUPTED``, so the retry resumes.
+- ``DivergenceWatch``: a non-finite loss, or losses above the uniform prediction's for too
+  long; ``Diverged``: a checkpoint would hold diverged weights.
+- ``StopRule``: decides at a checkpoint, from what lies in the run's folder, whether the run
+  has what it trains for. The trainer knows nothing of probes: the rule that probes its
+  checkpoints and applies the emergence rule (``ihsweep.early_stop``) is built above it.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: "try again", the retry resumes from the saved state
+
+
+class StopRule(Protocol):
+    def __call__(self, run_dir: Path, device: torch.device) -> str | None:
+        """Why the run stops at its newest checkpoint (None: it trains on)."""
+
+
+class StopRequested:
+    """Turns SIGTERM/SIGUSR1 into a flag checked between steps, so state is saved consistently."""
+
+    def __init__(self):
+        self.signum = None
+        for sig in (signal.SIGTERM, signal.SIGUSR1):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum, _frame):
+        self.signum = signum
+
+
+class Diverged(Exception):
+    """Raised when a checkpoint would hold diverged weights (a non-finite validation loss)."""
+
+    def __init__(self, step: int, why: str):
+        super().__init__(f"{why} at step {step}")
+        self.step, self.why = step, why
+
+
+class DivergenceWatch:
+    """Whether a run has diverged: a non-finite train loss (checked on every loss the moment
+    it reaches the host, at most ``log_every`` updates after it was computed), or, with
+    ``training.divergence_tokens``, logged train losses above ln(vocabulary size) for that many
+    tokens. ln V is the loss of the uniform prediction an initialised model makes; a model that
+    stays worse than that is not learning. It counts from the last logged loss at or below it,
+    which ``loss.csv`` keeps, so a resumed run decides the same."""
+
+    def __init__(self, vocab_size: int, patience_tokens, tokens_per_step, logged):
+        self.ceiling = math.log(vocab_size)
+        self.patience = None if patience_tokens is None else patience_tokens / tokens_per_step
+        self.tokens_per_step = tokens_per_step
+        self.last_good = max((s for s, loss in logged if loss <= self.ceiling), default=0)
+
+    def check_finite(self, first_step: int, losses: list[float]) -> tuple[int, str] | None:
+        for i, loss in enumerate(losses):
+            if not math.isfinite(loss):
+                return first_step + i, f"train loss {loss}"
+        return None
+
+    def check_logged(self, step: int, loss: float) -> tuple[int, str] | None:
+        if loss <= self.ceiling:
+            self.last_good = step
+            return None
+        if self.patience is not None and step - self.last_good >= self.patience:
+            tokens = (step - self.last_good) * self.tokens_per_step
+            return step, (
+                f"train loss {loss:.4f}, above ln(vocabulary) = {self.ceiling:.4f} (the uniform"
+                f" prediction) for {tokens} tokens,"
+            )
+        return None
