@@ -1,4 +1,5 @@
-"""Exporting our checkpoints as Hugging Face GPT-2 folders (ihsweep.export).
+"""Exporting our checkpoints as Hugging Face GPT-2 folders (ihsweep.export, and its command
+ihsweep.steps.export).
 
 The checkpoints are test_train's toy runs (its dataset and spec helpers, 30 updates in process
 on one CPU thread), with and without MLP, and a copy of each with its weights redrawn large,
@@ -20,9 +21,9 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from ihsweep.export import SPEC_JSON, export_checkpoint, find_checkpoint, main  # noqa: E402
+from ihsweep.export import SPEC_JSON, export_checkpoint, find_checkpoint  # noqa: E402
 from ihsweep.probing.run import probe_checkpoint  # noqa: E402
-from ihsweep.steps import probe_suite  # noqa: E402
+from ihsweep.steps import export, probe_suite  # noqa: E402
 from ihsweep.training.checkpoints import (  # noqa: E402
     list_checkpoints,
     load_checkpoint_weights,
@@ -132,6 +133,7 @@ def test_command_exports_a_run_or_a_checkpoint_and_refuses_a_foreign_folder(
     run_dir, tmp_path, capsys
 ):
     (meta,) = list_checkpoints(run_dir)
+    main = export.main  # python -m ihsweep.steps.export, the rule's command
     assert main([str(run_dir), str(tmp_path / "a")]) == 0
     assert main([meta["weights"].removesuffix(".safetensors") + ".json", str(tmp_path / "b")]) == 0
     assert main([str(run_dir), str(tmp_path / "a"), "--step", "30"]) == 0  # replaces its export

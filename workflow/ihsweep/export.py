@@ -1,7 +1,6 @@
-"""Export one of our checkpoints as a Hugging Face GPT-2 model folder.
-
-    python -m ihsweep.export results/runs/<run id> OUT_DIR [--step N]
-    python -m ihsweep.export results/runs/<run id>/ckpt/step_000500.json OUT_DIR
+"""Export one of our checkpoints as a Hugging Face GPT-2 model folder: ``find_checkpoint``
+picks it, ``export_checkpoint`` writes it. The command line is ``ihsweep.steps.export``
+(``python -m ihsweep.steps.export results/runs/<run id> OUT_DIR [--step N]``).
 
 ``OUT_DIR`` gets ``config.json`` and ``model.safetensors`` (``GPT2LMHeadModel.save_pretrained``),
 which ``transformers.AutoModelForCausalLM.from_pretrained(OUT_DIR)`` loads with no code of ours,
@@ -19,17 +18,14 @@ transposed. The weights are read with ``load_checkpoint_weights``, which checks 
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
 from ihsweep.training.checkpoints import (
-    DamagedFile,
     checkpoint_paths,
     list_checkpoints,
     load_checkpoint_weights,
@@ -148,30 +144,3 @@ def export_checkpoint(meta: dict, out_dir: str | Path) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out_dir
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="python -m ihsweep.export",
-        description="Export one checkpoint of a run as a Hugging Face GPT-2 model folder.",
-    )
-    p.add_argument(
-        "checkpoint",
-        type=Path,
-        help="a run folder (its newest checkpoint, or --step) or a checkpoint's .json file",
-    )
-    p.add_argument("out_dir", type=Path, help="the model folder to write")
-    p.add_argument("--step", type=int, help="with a run folder: the checkpoint's step")
-    args = p.parse_args(argv)
-    try:
-        meta = find_checkpoint(args.checkpoint, args.step)
-        out = export_checkpoint(meta, args.out_dir)
-    except (DamagedFile, FileNotFoundError, FileExistsError, ValueError) as err:
-        print(err, file=sys.stderr)
-        return 1
-    print(f"exported step {meta['step']} of {meta.get('run_id', '?')} to {out}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

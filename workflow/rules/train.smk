@@ -37,7 +37,7 @@ rule train:
 
 
 # `snakemake results/runs/<run>/hf`: the run's newest checkpoint as a Hugging Face GPT-2 folder
-# that transformers loads with no code of ours (python -m ihsweep.export; not part of `all`).
+# that transformers loads with no code of ours (python -m ihsweep.steps.export; not part of `all`).
 rule export:
     input:
         layout.run_file(layout.RUN_JSON),
@@ -50,4 +50,4 @@ rule export:
     params:
         run_dir=input_dir,
     shell:
-        "python -m ihsweep.export {params.run_dir} {output} > {log} 2>&1"
+        "python -m ihsweep.steps.export {params.run_dir} {output} > {log} 2>&1"
