@@ -24,13 +24,10 @@ transformers = pytest.importorskip("transformers")
 from ihsweep.export import SPEC_JSON, export_checkpoint, find_checkpoint  # noqa: E402
 from ihsweep.probing.run import probe_checkpoint  # noqa: E402
 from ihsweep.steps import export, probe_suite  # noqa: E402
-from ihsweep.training.checkpoints import (  # noqa: E402
-    list_checkpoints,
-    load_checkpoint_weights,
-    save_checkpoint,
-)
+from ihsweep.training.checkpoints import list_checkpoints  # noqa: E402
 from ihsweep.training.loop import train  # noqa: E402
 from ihsweep.training.model import GPT, GPTConfig  # noqa: E402
+from ihsweep.training.weights import load_checkpoint_weights, save_checkpoint  # noqa: E402
 from test_train import CPU, C, V, make_dataset, make_spec  # noqa: E402
 
 PROBE = {"n_sequences": 20, "max_half_length": 50, "seed": 1234, "min_layer": 1}

@@ -25,13 +25,9 @@ from pathlib import Path
 
 import torch
 
-from ihsweep.training.checkpoints import (
-    checkpoint_paths,
-    list_checkpoints,
-    load_checkpoint_weights,
-    read_checkpoint,
-)
+from ihsweep.training.checkpoints import checkpoint_paths, list_checkpoints, read_checkpoint
 from ihsweep.training.model import GPTConfig
+from ihsweep.training.weights import load_checkpoint_weights
 
 SPEC_JSON = "ihsweep_spec.json"
 
