@@ -25,6 +25,8 @@ import time
 
 import numpy as np
 from ihsweep.data import markov
+from ihsweep.data.markov_generator import PreparedChain, generate_reference
+from ihsweep.data.markov_measure import measure
 from ihsweep.io import write_json
 
 
@@ -46,7 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--ref-sequences", type=int, default=300, help="sequences for the reference")
     p.add_argument("--vec-sequences", type=int, default=20_000, help="sequences, vectorised")
-    p.add_argument("--block-size", type=int, help="default: markov.default_block_size(V, C)")
+    p.add_argument(
+        "--block-size", type=int, help="default: markov_generator.default_block_size(V, C)"
+    )
     p.add_argument("--repeats", type=int, default=3, help="runs of each side; the best counts")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="also write the results to this JSON file")
@@ -65,14 +69,14 @@ def main(argv: list[str] | None = None) -> int:
     rng = np.random.default_rng(args.seed)
     P = rng.dirichlet(np.full(V, args.alpha), size=V)
     pi = markov.stationary(P)
-    chain, t_build = timed(markov.PreparedChain, P, pi)
+    chain, t_build = timed(PreparedChain, P, pi)
     print(f"V={V} C={C} alpha={args.alpha}  PreparedChain (alias tables): {t_build:.3f} s")
     rows = []
     for f, r in parse_cells(args.cells):
         t_ref = t_vec = float("inf")
         for _ in range(args.repeats):
             ref, t = timed(
-                markov.generate_reference, P, pi, args.ref_sequences, C, f, r, args.seed, "exact"
+                generate_reference, P, pi, args.ref_sequences, C, f, r, args.seed, "exact"
             )
             t_ref = min(t_ref, t)
             vec, t = timed(
@@ -86,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                 block_size=args.block_size,
             )
             t_vec = min(t_vec, t)
-        m_ref, m_vec = markov.measure(ref, V), markov.measure(vec, V)
+        m_ref, m_vec = measure(ref, V), measure(vec, V)
         ref_tps, vec_tps = ref.size / t_ref, vec.size / t_vec
         with_build = vec.size / (t_vec + t_build) / ref_tps
         row = {

@@ -1,4 +1,4 @@
-"""The repetition-controlled Markov generator (ihsweep.data.markov).
+"""The repetition-controlled Markov generator (ihsweep.data.markov, _generator, _measure).
 
 The main chain is V = 500 with Dirichlet(0.1) rows (sparse, like a bigram matrix) and C = 64,
 10,000 sequences for each of the nine (f, r) cells (about 3 s in all on one core); the
@@ -15,7 +15,7 @@ import json
 import numpy as np
 import pytest
 from ihsweep.config import complete
-from ihsweep.data import chains, chunks, markov, markov_chunks
+from ihsweep.data import chains, chunks, markov, markov_chunks, markov_generator, markov_measure
 from scipy import stats
 
 V, C = 500, 64
@@ -41,8 +41,8 @@ def grid(chain):
     P, pi = chain
     out = {}
     for k, (f, r) in enumerate(CELLS):
-        x = markov.generate(P, pi, N_CELL, C, f, r, seed=100 + k, calibration="exact")
-        out[f, r] = (x, markov.measure(x, V))
+        x = markov_generator.generate(P, pi, N_CELL, C, f, r, seed=100 + k, calibration="exact")
+        out[f, r] = (x, markov_measure.measure(x, V))
     return out
 
 
@@ -81,23 +81,23 @@ def test_measure_reports_the_other_statistics(grid):
 def test_measure_counts_contexts_and_copies_by_definition():
     # C = 8, second half 4..7. i=5: prev 0 followed 1 at j=0, x[5]=1 copies. i=6: prev 1
     # followed 2 at j=1, x[6]=4 does not copy. i=4 and i=7: prev not seen earlier.
-    m = markov.measure(np.array([[0, 1, 2, 3, 0, 1, 4, 0]]), 5)
+    m = markov_measure.measure(np.array([[0, 1, 2, 3, 0, 1, 4, 0]]), 5)
     assert (m["contexts"], m["copies"], m["f"], m["r"]) == (2, 1, 0.5, 0.5)
     assert m["first_half_repeats"] == 0
     # A successor equal to A itself (an `A A`) does not make a context: i=6 and i=7 (prev 9,
     # earlier 9s followed only by 9) are not contexts; i=4 (prev 1, earlier 1 -> 2) is one and
     # does not copy; i=5 (prev 9, first seen at 4) is not. First-half repeats: 1 twice more.
-    m = markov.measure(np.array([[1, 2, 1, 1, 9, 9, 9, 1]]), 10)
+    m = markov_measure.measure(np.array([[1, 2, 1, 1, 9, 9, 9, 1]]), 10)
     assert (m["contexts"], m["copies"], m["r"], m["first_half_repeats"]) == (1, 0, 0.0, 2)
-    m = markov.measure(np.array([[1, 2, 3, 4, 9, 9, 9, 1]]), 10)
+    m = markov_measure.measure(np.array([[1, 2, 3, 4, 9, 9, 9, 1]]), 10)
     assert (m["contexts"], m["r"]) == (0, None)
     assert m["unigram_counts"].tolist() == [0, 2, 1, 1, 1, 0, 0, 0, 0, 3]
 
 
 def test_bigram_entropy_rate_plug_in():
     # Bigrams (0,1), (1,0), (0,2): only 0 has two successors, each once: H = 2/3 * 1 bit.
-    assert markov.bigram_entropy_rate(np.array([[0, 1, 0, 2]]), 3) == pytest.approx(2 / 3)
-    assert markov.bigram_entropy_rate(np.array([[0, 1, 2, 0, 1, 2]]), 3) == 0.0
+    assert markov_measure.bigram_entropy_rate(np.array([[0, 1, 0, 2]]), 3) == pytest.approx(2 / 3)
+    assert markov_measure.bigram_entropy_rate(np.array([[0, 1, 2, 0, 1, 2]]), 3) == 0.0
 
 
 def _python_contexts(x: np.ndarray) -> list[tuple]:
@@ -117,9 +117,9 @@ def _python_contexts(x: np.ndarray) -> list[tuple]:
 
 def test_measure_matches_a_plain_python_reading_of_the_definition():
     P, pi = _dirichlet_chain(12, 0.5, seed=3)
-    x = markov.generate(P, pi, 300, 12, 0.7, 0.5, seed=4, calibration="exact")
+    x = markov_generator.generate(P, pi, 300, 12, 0.7, 0.5, seed=4, calibration="exact")
     ctx = _python_contexts(x)
-    m = markov.measure(x, 12)
+    m = markov_measure.measure(x, 12)
     assert m["contexts"] == len(ctx) > 100
     assert m["copies"] == sum(nxt in succ for *_, succ, _, nxt in ctx)
 
@@ -150,8 +150,12 @@ def test_model_predicts_the_papers_measured_misses(f, r, reported):
 def test_paper_calibration_misses_the_way_the_paper_reports(chain):
     """Asked (0.1, 0.9), the paper's rule gives f far above 0.1 (they measured 0.275)."""
     P, pi = chain
-    paper = markov.measure(markov.generate(P, pi, 4000, C, 0.1, 0.9, 1, "paper"), V)
-    exact = markov.measure(markov.generate(P, pi, 4000, C, 0.1, 0.9, 1, "exact"), V)
+    paper = markov_measure.measure(
+        markov_generator.generate(P, pi, 4000, C, 0.1, 0.9, 1, "paper"), V
+    )
+    exact = markov_measure.measure(
+        markov_generator.generate(P, pi, 4000, C, 0.1, 0.9, 1, "exact"), V
+    )
     assert paper["f"] > 0.2
     e = markov.context_start_probability(0.1, 0.9, C, "paper")
     assert paper["f"] == pytest.approx(markov.expected_frequency(e, 0.9, C), abs=0.02)
@@ -179,13 +183,13 @@ def test_unreachable_requests_raise(f, r, context, match):
 def test_invalid_chains_and_sizes_raise(chain):
     P, pi = chain
     with pytest.raises(ValueError, match="vocabulary 500 < context 600"):
-        markov.generate(P, pi, 10, 600, 0.5, 0.5, 0, calibration="exact")
+        markov_generator.generate(P, pi, 10, 600, 0.5, 0.5, 0, calibration="exact")
     with pytest.raises(ValueError, match="rows of P must sum to 1"):
-        markov.generate(P * 1.1, pi, 10, C, 0.5, 0.5, 0, calibration="exact")
+        markov_generator.generate(P * 1.1, pi, 10, C, 0.5, 0.5, 0, calibration="exact")
     with pytest.raises(ValueError, match="pi must"):
-        markov.generate(P, pi[:-1], 10, C, 0.5, 0.5, 0, calibration="exact")
+        markov_generator.generate(P, pi[:-1], 10, C, 0.5, 0.5, 0, calibration="exact")
     with pytest.raises(ValueError, match="calibration"):
-        markov.generate(P, pi, 10, C, 0.5, 0.5, 0, calibration="stationary")
+        markov_generator.generate(P, pi, 10, C, 0.5, 0.5, 0, calibration="stationary")
 
 
 # --- determinism -------------------------------------------------------------------------------
@@ -193,16 +197,24 @@ def test_invalid_chains_and_sizes_raise(chain):
 
 def test_deterministic_for_a_seed_and_prefix_stable(chain):
     P, pi = chain
-    a = markov.generate(P, pi, 300, C, 0.5, 0.5, seed=7, block_size=128, calibration="exact")
-    b = markov.generate(P, pi, 300, C, 0.5, 0.5, seed=7, block_size=128, calibration="exact")
-    c = markov.generate(P, pi, 300, C, 0.5, 0.5, seed=8, block_size=128, calibration="exact")
-    d = markov.generate(P, pi, 256, C, 0.5, 0.5, seed=7, block_size=128, calibration="exact")
+    a = markov_generator.generate(
+        P, pi, 300, C, 0.5, 0.5, seed=7, block_size=128, calibration="exact"
+    )
+    b = markov_generator.generate(
+        P, pi, 300, C, 0.5, 0.5, seed=7, block_size=128, calibration="exact"
+    )
+    c = markov_generator.generate(
+        P, pi, 300, C, 0.5, 0.5, seed=8, block_size=128, calibration="exact"
+    )
+    d = markov_generator.generate(
+        P, pi, 256, C, 0.5, 0.5, seed=7, block_size=128, calibration="exact"
+    )
     np.testing.assert_array_equal(a, b)
     assert (a != c).any()
     np.testing.assert_array_equal(a[:256], d)  # whole blocks do not depend on n_sequences
 
     ref = [
-        markov.generate_reference(P, pi, 5, C, 0.5, 0.5, seed=7, calibration="exact")
+        markov_generator.generate_reference(P, pi, 5, C, 0.5, 0.5, seed=7, calibration="exact")
         for _ in range(2)
     ]
     np.testing.assert_array_equal(*ref)
@@ -264,7 +276,9 @@ def small():
         P,
         pi,
         e,
-        markov.generate(P, pi, 60_000, 6, 0.5, 0.5, seed=12, calibration="exact").astype(np.int64),
+        markov_generator.generate(P, pi, 60_000, 6, 0.5, 0.5, seed=12, calibration="exact").astype(
+            np.int64
+        ),
     )
 
 
@@ -308,7 +322,9 @@ def test_copy_choice_follows_the_chain():
     """Copies of an A with two distinct earlier successors choose B1 : B2 as P[A, B1] : P[A, B2],
     however many times each followed A (a type that followed A twice is still one choice)."""
     P, pi = _dirichlet_chain(16, 1.0, seed=21)
-    x = markov.generate(P, pi, 40_000, 16, 0.85, 0.7, seed=22, calibration="exact").astype(np.int64)
+    x = markov_generator.generate(
+        P, pi, 40_000, 16, 0.85, 0.7, seed=22, calibration="exact"
+    ).astype(np.int64)
     events = [e for e in _python_contexts(x) if len(e[3]) == 2]
     copies = [(a, *succ, *times, nxt) for _, _, a, succ, times, nxt in events if nxt in succ]
     assert len(copies) > 10_000
@@ -332,10 +348,10 @@ def test_zero_chain_mass_falls_back_to_pi_then_uniform():
     P[0, 1] = 1.0
     P[1:, 0] = 1.0
     pi = np.array([0.3, 0.3, 0.2, 0.1, 0.1, 0.0, 0.0, 0.0])  # any start distribution is allowed
-    for gen in (markov.generate, markov.generate_reference):
-        x = gen(P, pi, 3000 if gen is markov.generate else 1500, 8, 0.5, 0.5, 5, "exact")
+    for gen in (markov_generator.generate, markov_generator.generate_reference):
+        x = gen(P, pi, 3000 if gen is markov_generator.generate else 1500, 8, 0.5, 0.5, 5, "exact")
         x = x.astype(np.int64)
-        assert markov.measure(x, 8)["first_half_repeats"] == 0
+        assert markov_measure.measure(x, 8)["first_half_repeats"] == 0
         assert not (x[:, 1:] == x[:, :-1]).any()
         # After 0 -> 1, P[1] only reaches the seen 0: x[2] comes from pi on {2, 3, 4}.
         rows = x[x[:, 0] == 0]
@@ -352,7 +368,7 @@ def test_zero_chain_mass_falls_back_to_pi_then_uniform():
 
 def _f_r_with_errors(x: np.ndarray) -> tuple[float, float, float, float]:
     """Pooled f and r with standard errors from per-sequence counts (sequences independent)."""
-    ctx, cp = markov.context_copy_counts(x)
+    ctx, cp = markov_measure.context_copy_counts(x)
     n_pos = C - markov.second_half_start(C)
     f = ctx.sum() / (len(x) * n_pos)
     r = cp.sum() / ctx.sum()
@@ -364,12 +380,12 @@ def _f_r_with_errors(x: np.ndarray) -> tuple[float, float, float, float]:
 @pytest.mark.parametrize(("f", "r"), [(0.5, 0.5), (0.9, 0.1)])
 def test_vectorised_and_reference_agree(chain, grid, f, r):
     P, pi = chain
-    ref = markov.generate_reference(P, pi, 600, C, f, r, seed=31, calibration="exact")
+    ref = markov_generator.generate_reference(P, pi, 600, C, f, r, seed=31, calibration="exact")
     f_ref, r_ref, se_f_ref, se_r_ref = _f_r_with_errors(ref)
     f_vec, r_vec, se_f_vec, se_r_vec = _f_r_with_errors(grid[f, r][0])
     assert abs(f_ref - f_vec) < 4 * np.hypot(se_f_ref, se_f_vec)
     assert abs(r_ref - r_vec) < 4 * np.hypot(se_r_ref, se_r_vec)
-    assert markov.measure(ref, V)["first_half_repeats"] == 0
+    assert markov_measure.measure(ref, V)["first_half_repeats"] == 0
     # The first second-half token (one per sequence, so independent draws, mixing the seen and
     # never-seen branches) has the same distribution: chi-square homogeneity on the top types.
     h = markov.second_half_start(C)
@@ -389,7 +405,7 @@ def test_alias_tables_reproduce_every_row():
     P[0, 7] = 1.0  # a deterministic row
     P[1, :25] = 0.0  # a row with exact zeros
     P[1] /= P[1].sum()
-    prob, alias = markov._alias_tables(P)
+    prob, alias = markov_generator._alias_tables(P)
     prob = prob.astype(np.float64).reshape(50, 50)
     alias = alias.reshape(50, 50)
     implied = prob.copy()
@@ -406,13 +422,13 @@ def test_inverse_cdf_draws_by_weight(m):
     weights = np.array([0.0, 0.3, 0.0, 0.1, 0.45, 0.15, 0.0])
     counts = np.zeros(7)
     for _ in range(60_000 // m):
-        idx = markov._inverse_cdf(np.repeat(weights[:, None], m, axis=1), rng.random(m))
+        idx = markov_generator._inverse_cdf(np.repeat(weights[:, None], m, axis=1), rng.random(m))
         counts += np.bincount(idx, minlength=7)
     assert counts[weights == 0].sum() == 0
     assert stats.chisquare(counts[weights > 0], weights[weights > 0] * counts.sum()).pvalue > P_MIN
     # u at the top of [0, 1) must not step past the last positive weight.
     top = np.full(m, np.nextafter(1.0, 0.0))
-    assert (markov._inverse_cdf(np.repeat(weights[:, None], m, axis=1), top) == 5).all()
+    assert (markov_generator._inverse_cdf(np.repeat(weights[:, None], m, axis=1), top) == 5).all()
 
 
 # --- the chunk files of a Markov dataset (markov_chunks) ---------------------------------------

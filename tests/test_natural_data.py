@@ -14,7 +14,7 @@ import sys
 import numpy as np
 import pytest
 from ihsweep.config import ConfigError, complete
-from ihsweep.data import chunks, corpus, markov, markov_chunks, natural
+from ihsweep.data import chunks, corpus, markov_chunks, markov_generator, natural
 from ihsweep.data import tokenizer as tk
 from ihsweep.data.chunks import open_chunks
 from ihsweep.steps import chunk as chunk_step
@@ -318,7 +318,7 @@ def test_token_dtype_holds_every_id_up_to_a_vocabulary_of_65536():
     assert ids.astype(chunks.token_dtype(65_536)).tolist() == [0, 65_535]
     # The natural tokenize path and both Markov paths use that very function.
     assert natural.token_dtype is chunks.token_dtype
-    assert markov.token_dtype is chunks.token_dtype
+    assert markov_generator.token_dtype is chunks.token_dtype
     assert markov_chunks.token_dtype is chunks.token_dtype
     assert not hasattr(tk, "token_dtype")
 

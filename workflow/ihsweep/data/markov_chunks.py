@@ -3,10 +3,10 @@
 ``make_chunks(spec, chain_dir, context, out_dir)`` (the command is ``python -m
 ihsweep.steps.chunk``) loads the chain folder written by :mod:`ihsweep.data.chains`, draws
 ``n_train_sequences`` and ``n_val_sequences`` length-C sequences with
-:func:`ihsweep.data.markov.generate` (each split its own seed, derived from the dataset seed and
-C, so splits and context sizes never share a stream), and writes ``train.bin``, ``val.bin`` and,
-last, ``chunks.json`` (:mod:`ihsweep.data.chunks`) with the requested and measured statistics
-(:data:`CHUNKS_KEYS`).
+:func:`ihsweep.data.markov_generator.generate` (each split its own seed, derived from the
+dataset seed and C, so splits and context sizes never share a stream), and writes
+``train.bin``, ``val.bin`` and, last, ``chunks.json`` (:mod:`ihsweep.data.chunks`) with the
+requested and measured statistics (:data:`CHUNKS_KEYS`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ihsweep.data import markov
+from ihsweep.data import markov, markov_generator, markov_measure
 from ihsweep.data.chains import load_chain
 from ihsweep.data.chunks import CHUNKS_JSON, SPLITS, token_dtype
 from ihsweep.io import atomic_path, write_json
@@ -35,7 +35,7 @@ CHUNKS_KEYS = {
     "split_seeds": "per split: the generator seed, derived from (seed, C)",
     "requested": "frequency, reliability, calibration and the context-start probability e",
     "measured": "per split: f, r, contexts, copies, second_half_positions, first_half_repeats, "
-    "entropy_rate_bits (markov.measure)",
+    "entropy_rate_bits (markov_measure.measure)",
     "entropy_rate_estimator": "how entropy_rate_bits is estimated",
     "chain": "provenance of the chain: kind, vocab_size, spec, entropy_rate_bits",
     "seconds": "wall time per split (generate and measure)",
@@ -62,12 +62,13 @@ def make_chunks(spec: dict, chain_dir, context: int, out_dir) -> dict:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     dtype = token_dtype(V).newbyteorder("<")
-    prepared = markov.PreparedChain(P, pi)  # the alias tables are built once for both splits
+    # The alias tables are built once for both splits.
+    prepared = markov_generator.PreparedChain(P, pi)
     measured, seconds, files = {}, {}, {}
     for split in SPLITS:
         t0 = time.perf_counter()
         x = prepared.generate(counts[split], context, f, r, seeds[split], calibration)
-        stats = markov.measure(x, V)
+        stats = markov_measure.measure(x, V)
         stats.pop("unigram_counts")
         stats.pop("entropy_rate_estimator")
         measured[split] = stats
@@ -88,7 +89,7 @@ def make_chunks(spec: dict, chain_dir, context: int, out_dir) -> dict:
         "split_seeds": seeds,
         "requested": {"frequency": f, "reliability": r, "calibration": calibration, "e": e},
         "measured": measured,
-        "entropy_rate_estimator": markov.ENTROPY_ESTIMATOR,
+        "entropy_rate_estimator": markov_measure.ENTROPY_ESTIMATOR,
         "chain": {
             "kind": chain_meta.get("kind"),
             "vocab_size": chain_meta.get("vocab_size"),
