@@ -1,5 +1,6 @@
 # The two commands of the README: `make demo` (install + default study) and `make test`;
-# `make cpu-full` runs the extended CPU study (workflow/studies/cpu-full.yaml) on top of the demo.
+# `make cpu-full` runs the extended CPU study (workflow/studies/cpu-full.yaml) on top of the demo;
+# `make cost` prints what a study will cost before it runs.
 VENV   ?= .venv
 PYTHON ?= python3
 # torch==2.13.0 is the CPU wheel on the CPU machines this project is developed on; on a GPU
@@ -9,7 +10,7 @@ CORES  ?= all
 TARGETS ?=
 BIN     = $(VENV)/bin
 
-.PHONY: install demo cpu-full test lint
+.PHONY: install demo cpu-full cost test lint
 
 install: $(VENV)/.installed
 
@@ -33,6 +34,13 @@ cpu-full: install
 	$(BIN)/snakemake $(TARGETS) --cores $(CORES) $(CPU_FULL)
 	$(if $(TARGETS),,$(BIN)/snakemake --report results/studies/cpu-full/report.html $(CPU_FULL))
 	$(if $(TARGETS),,@echo "cpu-full's findings, beside the paper's: results/studies/cpu-full/report.html")
+
+# What a study costs (python -m ihsweep.cost: per run its tokens, memory, device-hours and
+# walltime, then the totals): the study in config.yaml, or the config files of CONFIGFILES, as
+# Snakemake merges them: make cost CONFIGFILES="config.yaml workflow/studies/cpu-full.yaml".
+CONFIGFILES ?=
+cost: install
+	$(BIN)/python -m ihsweep.cost $(if $(CONFIGFILES),--configfile $(CONFIGFILES))
 
 test: install
 	$(BIN)/python -m pytest

@@ -17,6 +17,7 @@ import math
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -343,7 +344,26 @@ def test_a_smaller_gpu_splits_the_largest_paper_cell():
         prepare(config, SCHEMA)
 
 
-def test_snakemake_dry_run_prints_the_cost_table(tmp_path):
+def test_make_cost_prints_the_table_and_the_dry_run_the_jobs_resources(tmp_path):
+    """`make cost CONFIGFILES=...` (python -m ihsweep.cost) prints the cost table; a dry run,
+    which cannot know it is one, prints none, only what each job asks a cluster for."""
+    # The Makefile's target with this interpreter's environment, which is not reinstalled.
+    venv = Path(sys.prefix)
+    proc = subprocess.run(
+        ["make", "-s", "cost", "CONFIGFILES=workflow/studies/paper.yaml", f"VENV={venv}",
+         f"--assume-old={venv / '.installed'}"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table_output = proc.stdout
+    assert "cc100/gpt2-2L/B256-C1024-s0" in table_output
+    assert "30 runs, 7,450,091 updates" in table_output
+    # Both totals, as python -m ihsweep.cost prints them.
+    study = prepare(yaml.safe_load((REPO / "workflow/studies/paper.yaml").read_text()), SCHEMA)
+    table = cost.cost_table(study)
+    assert f"full budgets: 30.00B tokens, {table.device_hours.sum():.1f} GPU-hours" in table_output
+    assert f"{table.early_stop_device_hours.sum():.1f} GPU-hours: each run stops" in table_output
+
     proc = subprocess.run(
         [sys.executable, "-m", "snakemake", "-n", "--configfile", "workflow/studies/paper.yaml",
          "--directory", str(tmp_path)],
@@ -351,13 +371,7 @@ def test_snakemake_dry_run_prints_the_cost_table(tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     output = proc.stdout + proc.stderr
-    assert "Estimated cost (python -m ihsweep.cost)" in output
-    assert "cc100/gpt2-2L/B256-C1024-s0" in output and "30 runs, 7,450,091 updates" in output
-    # Both totals, as python -m ihsweep.cost prints them.
-    study = prepare(yaml.safe_load((REPO / "workflow/studies/paper.yaml").read_text()), SCHEMA)
-    table = cost.cost_table(study)
-    assert f"full budgets: 30.00B tokens, {table.device_hours.sum():.1f} GPU-hours" in output
-    assert f"{table.early_stop_device_hours.sum():.1f} GPU-hours: each run stops" in output
+    assert "30 runs, 7,450,091 updates" not in output  # the table is make cost's alone
     # The dataset jobs ask for a runtime from the corpus size, not the profile's 60 minutes.
     minutes = study.tokenize_minutes("cc100")  # 20M documents ~ 20 GB at 2 MB/s: 4.4 hours
     assert minutes > 4 * 60

@@ -198,19 +198,3 @@ def report_figures(stems, folder, category, caption_of, label_of):
         )
         for stem in stems
     ]
-
-
-# A dry run shows what the study will cost before anything is submitted (python -m ihsweep.cost).
-# Snakemake sets up its dry-run executor after parsing the Snakefile: read the command line.
-def is_dry_run(argv):
-    return any(
-        arg in ("--dry-run", "--dryrun") or re.fullmatch(r"-[A-Za-z]*n[A-Za-z]*", arg)
-        for arg in argv
-    )
-
-
-if workflow.is_main_process and is_dry_run(sys.argv[1:]):
-    print(
-        f"Estimated cost (python -m ihsweep.cost):\n{cost.cost_report(STUDY)[0]}",
-        file=sys.stderr,
-    )
