@@ -50,3 +50,4 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/snakefmt --check Snakefile workflow/rules
 	$(BIN)/snakemake --lint
+	$(BIN)/lint-imports

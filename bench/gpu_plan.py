@@ -24,7 +24,7 @@ does not finish, or memory that runs out, costs one row, not the run). Phases:
    ``padded`` (the vocabulary padded to a multiple of 64, 50,304, in the benchmark only: padding
    rows zero, the loss over the first 50,257 logits), ``padded-compiled``.
 6. **profile and projection**: per variant, ``seconds per step = passes * overhead + tokens *
-   flops_per_token / (peak * mfu)`` fitted over its cells (``bench/train_speed.py``'s fit); the
+   flops_per_token / (peak * mfu)`` fitted over its cells (``bench/device_profile.py``'s fit); the
    eager fit is the file's ``profile``, which ``execution.device_profile`` accepts; and
    paper.yaml's device-hours with and without early stop on each fit (``ihsweep.cost``). Where
    ihsweep's config cannot be read (the GPU machine has no jsonschema), ``--project`` redoes
@@ -282,7 +282,7 @@ def prepared_step(plan: dict, task: dict, device):
     B, C = task["cell"]
     cfg, loss_fn = variant_setup(task["variant"], plan, C, device)
     model = build_model(cfg, plan["vocab"], device)
-    # As the trainer builds it (training/loop.py), at the paper's learning rate.
+    # As the trainer builds it (training/loop.py, Job.build), at the paper's learning rate.
     optim = torch.optim.AdamW(model.parameters(), lr=2.5e-4, weight_decay=0.0, fused=True)
     micro_batch = resolve_micro_batch("auto", cfg, B, C, device, 16000)
     generator = torch.Generator().manual_seed(1)
@@ -550,7 +550,7 @@ def phase_packing(plan: Plan) -> None:
 
 
 def fit_profile(rows: list[dict], matmul_tflops: float, memory_gb) -> dict:
-    """Least squares of seconds = passes * overhead + FLOPs / throughput (train_speed's fit)."""
+    """Least squares of seconds = passes * overhead + FLOPs / throughput (device_profile's fit)."""
     import numpy as np
 
     design = np.array([[r["passes"], r["cell"][0] * r["cell"][1] * r["flops_per_token"]]
@@ -574,12 +574,13 @@ def fit_profile(rows: list[dict], matmul_tflops: float, memory_gb) -> dict:
 def project(profile: dict, name: str) -> dict:
     """paper.yaml's totals on a profile: tokens and device-hours, full and with early stop."""
     import yaml
-    from ihsweep import cost
-    from ihsweep.config import SCHEMA, prepare
+    from ihsweep.config import SCHEMA
+    from ihsweep.cost.report import cost_table
+    from ihsweep.cost.study import StudyCost
+    from ihsweep.validate import prepare
 
     study = prepare(yaml.safe_load(PAPER_STUDY.read_text()), SCHEMA)
-    study.profile = {**profile, "name": name, "source": "bench/gpu_plan.py"}
-    table = cost.cost_table(study)
+    table = cost_table(StudyCost(study, {**profile, "name": name, "source": "bench/gpu_plan.py"}))
     return {
         "tokens": int(table.tokens.sum()),
         "early_stop_tokens": int(table.early_stop_tokens.sum()),

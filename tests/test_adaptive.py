@@ -22,7 +22,6 @@ import torch
 from conftest import SCHEMA
 from ihsweep.analysis.emergence import emergence_table, replay_stop, run_point
 from ihsweep.analysis.lawfit import fit_law
-from ihsweep.config import prepare
 from ihsweep.early_stop import stop_rule_of
 from ihsweep.layout import PROGRESS_JSON, RUN_JSON
 from ihsweep.probing.run import probe_run, with_run_record
@@ -32,6 +31,7 @@ from ihsweep.training.checkpoints import list_checkpoints
 from ihsweep.training.loop import train
 from ihsweep.training.resume import spec_hash
 from ihsweep.training.stops import DivergenceWatch
+from ihsweep.validate import prepare
 from test_train import (
     CPU,
     TIMEOUT,

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from conftest import REPO, job_stats, run_study, snakemake, study_text
 from ihsweep import layout
-from ihsweep.config import prepare
+from ihsweep.validate import prepare
 
 # The aggregates of the test studies, which keep the schema's default name (`study`).
 NATURAL = layout.natural_dir("default")

@@ -31,11 +31,12 @@ from ihsweep.config import (
     checkpoint_steps,
     complete,
     load_schema,
-    prepare,
     study_definition,
 )
+from ihsweep.cost.study import StudyCost
 from ihsweep.data.natural import copy_length_range, draw_copies
 from ihsweep.provenance import config_sha256
+from ihsweep.validate import prepare
 from snakemake.utils import update_config
 
 # The aggregates of the test studies, which keep the schema's default name (`study`).
@@ -855,7 +856,7 @@ def test_execution_is_outside_the_study_definition():
 
 
 def test_cluster_runtime_follows_the_cost_model(tmp_path):
-    # A profile file as bench/train_speed.py writes it: 1 TFLOP/s peak at 50% and 2 ms a pass.
+    # A profile file as bench/device_profile.py writes it: 1 TFLOP/s peak at 50% and 2 ms a pass.
     profile = tmp_path / "gpu.json"
     profile.write_text(json.dumps({"profile": {
         "peak_tflops": 1.0, "mfu": 0.5, "step_overhead_ms": 2.0, "memory_gb": 10}}))  # fmt: skip
@@ -864,11 +865,12 @@ def test_cluster_runtime_follows_the_cost_model(tmp_path):
     updates, tokens = study.total_steps(run), study.total_steps(run) * run.tokens_per_step
     fpt = cost.flops_per_token(study.model_of(run), 2048, run.context_size)
     seconds = updates * 2e-3 + tokens * fpt / 0.5e12  # one pass per update: B fits
-    assert study.micro_batch(run) == run.batch_size
-    assert study.train_seconds(run) == pytest.approx(seconds)
-    assert study.train_minutes(run) == math.ceil(10 + 1.5 * seconds / 60)
-    assert study.train_minutes(run, attempt=2) == 2 * study.train_minutes(run)
-    assert study.probe_minutes() == 30 and study.probe_minutes(3) == 90
+    costed = StudyCost(study)
+    assert costed.micro_batch(run) == run.batch_size
+    assert costed.train_seconds(run) == pytest.approx(seconds)
+    assert costed.train_minutes(run) == math.ceil(10 + 1.5 * seconds / 60)
+    assert costed.train_minutes(run, attempt=2) == 2 * costed.train_minutes(run)
+    assert costed.probe_minutes() == 30 and costed.probe_minutes(3) == 90
 
 
 def test_execution_settings_reach_the_jobs_as_threads_and_resources(tmp_path):

@@ -17,13 +17,14 @@ import pandas as pd
 import pytest
 import yaml
 from conftest import REPO, study_text
-from ihsweep.config import ConfigError, complete, prepare
+from ihsweep.config import ConfigError, complete
 from ihsweep.data import corpus, natural
 from ihsweep.data import tokenizer as tk
 from ihsweep.data.chunks import open_chunks
 from ihsweep.data.corpus import CorpusError
 from ihsweep.steps import chunk as chunk_step
 from ihsweep.steps import tokenize as tokenize_step
+from ihsweep.validate import prepare
 
 datasets = pytest.importorskip("datasets")  # in the dev extra: pip install -e ".[dev]"
 

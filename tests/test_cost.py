@@ -24,8 +24,11 @@ import pytest
 import yaml
 from conftest import REPO, SCHEMA, write_chunks
 from ihsweep import cost
-from ihsweep.config import GPT2_VOCAB_SIZE, ConfigError, prepare
+from ihsweep.config import GPT2_VOCAB_SIZE, ConfigError
+from ihsweep.cost.report import COLUMNS, cost_report, cost_table, format_cost
+from ihsweep.cost.study import StudyCost
 from ihsweep.training.model import GPT, GPTConfig
+from ihsweep.validate import prepare
 
 PAPER_MODEL = {"n_layer": 2, "n_head": 8, "d_model": 768, "mlp": True, "n_ctx": 1024}
 PROFILE = {"peak_tflops": 100.0, "mfu": 0.5, "step_overhead_ms": 2.0, "memory_gb": 10}
@@ -83,7 +86,8 @@ def test_a_study_counts_each_runs_expected_stop_from_its_law():
     law = {"a": 1.0, "b": 0.0, "log10_T": 6.0}
     config["checkpoints"]["densify"] = {"law": law, "window_decades": 0.01, "per_decade": 1}
     study = prepare(config, SCHEMA)
-    rows = {(r.batch_size, r.context_size): study.cost(r) for r in study.runs}
+    costed = StudyCost(study)
+    rows = {(r.batch_size, r.context_size): costed.row(r) for r in study.runs}
     small, large = rows[(8, 64)], rows[(8, 1024)]
     # The first checkpoint after 202.4M: 300M, at the step nearest it (B * C = 512 tokens a step).
     assert small["early_stop_tokens"] == round(300_000_000 / 512) * 512
@@ -94,14 +98,15 @@ def test_a_study_counts_each_runs_expected_stop_from_its_law():
     assert large["early_stop_device_hours"] == large["device_hours"]
     # The walltime asked for stays the full budget's.
     run = next(r for r in study.runs if (r.batch_size, r.context_size) == (8, 64))
-    assert small["walltime_min"] == study.train_minutes(run)
-    assert study.train_minutes(run) == cost.job_minutes(
-        study.train_seconds(run), study.config["execution"], 1
+    assert small["walltime_min"] == costed.train_minutes(run)
+    assert costed.train_minutes(run) == cost.job_minutes(
+        costed.train_seconds(run), study.config["execution"], 1
     )
     # Early stop off: every run at its budget, whatever the law says.
     config["training"]["stop_after_emergence"] = False
-    off = prepare(config, SCHEMA)
-    assert all(off.cost(r)["early_stop_tokens"] == off.cost(r)["tokens"] for r in off.runs)
+    off = StudyCost(prepare(config, SCHEMA))
+    rows = [off.row(r) for r in off.study.runs]
+    assert all(row["early_stop_tokens"] == row["tokens"] for row in rows)
 
 
 def test_dataset_jobs_take_their_runtime_from_the_corpus_size(tmp_path):
@@ -206,11 +211,12 @@ def test_validation_refuses_the_analog_cell_without_micro_batches():
 def test_analog_cell_trains_under_its_memory_limit_with_auto_micro_batches(tmp_path):
     study = prepare(analog_config("auto"), SCHEMA)
     (run,) = study.runs
-    micro_batch = study.micro_batch(run)
+    costed = StudyCost(study)
+    micro_batch = costed.micro_batch(run)
     assert 1 < micro_batch < ANALOG_B
     full_logits = ANALOG_B * (ANALOG_C - 1) * GPT2_VOCAB_SIZE * 4
     assert full_logits > LIMIT_MB * cost.MB / 2  # and ~4x that is what an unsplit loss keeps
-    assert study.peak_memory(run, ANALOG_B)["total"] > LIMIT_MB * cost.MB
+    assert costed.peak_memory(run, ANALOG_B)["total"] > LIMIT_MB * cost.MB
 
     rng = np.random.default_rng(0)
     splits = {
@@ -240,7 +246,7 @@ def test_analog_cell_trains_under_its_memory_limit_with_auto_micro_batches(tmp_p
     assert (tmp_path / "run" / "run.json").exists()
     assert peak < LIMIT_MB * cost.MB, f"peak {peak / 1e9:.2f} GB"
     # The estimate is an upper bound, and not a loose one.
-    estimate = study.peak_memory(run, micro_batch)["total"]
+    estimate = costed.peak_memory(run, micro_batch)["total"]
     assert peak <= estimate <= 1.5 * peak
 
 
@@ -260,7 +266,7 @@ def test_cost_table_of_the_paper_study_lists_its_30_cells(tmp_path):
 
     rows = pd.read_csv(table)
     assert len(rows) == 30 and rows.run_id.is_unique
-    assert list(rows.columns) == cost.COLUMNS
+    assert list(rows.columns) == COLUMNS
     assert (rows.tokens.between(0.999e9, 1e9)).all()
     assert (rows.updates == 10**9 // (rows.run_id.str.extract(r"B(\d+)-C(\d+)").astype(int)
                                       .prod(axis=1))).all()  # fmt: skip
@@ -336,9 +342,10 @@ def test_a_smaller_gpu_splits_the_largest_paper_cell():
     study = prepare(config, SCHEMA)
     largest = next(r for r in study.runs if (r.batch_size, r.context_size) == (256, 1024))
     smallest = next(r for r in study.runs if (r.batch_size, r.context_size) == (8, 64))
-    assert study.micro_batch(largest) < 256 and study.micro_batch(smallest) == 8
-    assert study.peak_memory(largest, study.micro_batch(largest))["total"] <= 0.85 * 24e9
-    need = study.peak_memory(largest, 256)["total"] / cost.GB
+    costed = StudyCost(study)
+    assert costed.micro_batch(largest) < 256 and costed.micro_batch(smallest) == 8
+    assert costed.peak_memory(largest, costed.micro_batch(largest))["total"] <= 0.85 * 24e9
+    need = costed.peak_memory(largest, 256)["total"] / cost.GB
     config["execution"]["micro_batch"] = 256
     with pytest.raises(ConfigError, match=rf"needs ~{need:.1f} GB at micro-batch 256.* 24.0 GB"):
         prepare(config, SCHEMA)
@@ -360,7 +367,8 @@ def test_make_cost_prints_the_table_and_the_dry_run_the_jobs_resources(tmp_path)
     assert "30 runs, 7,450,091 updates" in table_output
     # Both totals, as python -m ihsweep.cost prints them.
     study = prepare(yaml.safe_load((REPO / "workflow/studies/paper.yaml").read_text()), SCHEMA)
-    table = cost.cost_table(study)
+    costed = StudyCost(study)
+    table = cost_table(costed)
     assert f"full budgets: 30.00B tokens, {table.device_hours.sum():.1f} GPU-hours" in table_output
     assert f"{table.early_stop_device_hours.sum():.1f} GPU-hours: each run stops" in table_output
 
@@ -373,11 +381,17 @@ def test_make_cost_prints_the_table_and_the_dry_run_the_jobs_resources(tmp_path)
     output = proc.stdout + proc.stderr
     assert "30 runs, 7,450,091 updates" not in output  # the table is make cost's alone
     # The dataset jobs ask for a runtime from the corpus size, not the profile's 60 minutes.
-    minutes = study.tokenize_minutes("cc100")  # 20M documents ~ 20 GB at 2 MB/s: 4.4 hours
+    minutes = costed.tokenize_minutes("cc100")  # 20M documents ~ 20 GB at 2 MB/s: 4.4 hours
     assert minutes > 4 * 60
     assert re.search(rf"rule tokenize:\n(.*\n)*?.*resources: .*runtime={minutes}\b", output)
-    chunk = study.chunk_minutes("cc100", 1024)
+    chunk = costed.chunk_minutes("cc100", 1024)
     assert re.search(rf"rule chunk:\n(.*\n)*?.*resources: .*runtime={chunk}, mem_mb=4000", output)
+
+
+def shown(study) -> str:
+    """The cost table of ``study`` on its own device profile, as the report formats it."""
+    costed = StudyCost(study)
+    return format_cost(cost_table(costed), costed)
 
 
 def test_a_study_that_trains_on_the_cpu_is_shown_in_core_hours_and_host_memory():
@@ -389,15 +403,15 @@ def test_a_study_that_trains_on_the_cpu_is_shown_in_core_hours_and_host_memory()
         return prepare(config, SCHEMA)
 
     gpu_sized = study()  # device auto: the rule asks for a GPU, so the jobs are sized for one
-    assert gpu_sized.profile["name"] == cost.DEFAULT_GPU_PROFILE
+    assert StudyCost(gpu_sized).profile["name"] == cost.DEFAULT_GPU_PROFILE
     cpu_sized = study(device="cpu")
-    core_hours = cost.cost_table(cpu_sized).device_hours.sum()
-    gpu_hours = cost.cost_table(gpu_sized).device_hours.sum()
+    core_hours = cost_table(StudyCost(cpu_sized)).device_hours.sum()
+    gpu_hours = cost_table(StudyCost(gpu_sized)).device_hours.sum()
     assert core_hours > 2 * gpu_hours
     # On a machine without a GPU, device auto trains on the CPU: the report speaks of it, and a
     # last line gives the GPU the cluster jobs are sized for.
-    report, table = cost.cost_report(gpu_sized, gpu_here=False)
-    assert report.startswith(cost.format_cost(cost.cost_table(cpu_sized), cpu_sized))
+    report, table = cost_report(gpu_sized, gpu_here=False)
+    assert report.startswith(shown(cpu_sized))
     assert f"full budgets: 0.09B tokens, {core_hours:.1f} core-hours" in report
     assert "host_GB" in report and "GPU_GB" not in report and "/80" not in report
     assert table.device_hours.sum() == core_hours
@@ -405,11 +419,11 @@ def test_a_study_that_trains_on_the_cpu_is_shown_in_core_hours_and_host_memory()
         f"on a GPU (device profile a100-80gb, which sizes cluster jobs): {gpu_hours:.1f}" in report
     )
     # With a GPU here, the GPU's table alone.
-    report, _ = cost.cost_report(gpu_sized, gpu_here=True)
-    assert report == cost.format_cost(cost.cost_table(gpu_sized), gpu_sized)
+    report, _ = cost_report(gpu_sized, gpu_here=True)
+    assert report == shown(gpu_sized)
     assert "GPU_GB" in report and "core-hours" not in report
     # Sized for the CPU, or for a GPU the user named, the table stands alone wherever it runs.
     for sized in (cpu_sized, study(device_profile="h200")):
         for here in (True, False):
-            report, _ = cost.cost_report(sized, gpu_here=here)
-            assert report == cost.format_cost(cost.cost_table(sized), sized)
+            report, _ = cost_report(sized, gpu_here=here)
+            assert report == shown(sized)

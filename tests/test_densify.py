@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -19,7 +21,9 @@ import pytest
 import yaml
 from conftest import job_stats, snakemake, study_text
 from ihsweep.analysis.lawfit import fit_law, predict_updates
-from ihsweep.config import ConfigError, Run, prepare
+from ihsweep.config import ConfigError, Run
+from ihsweep.cost.study import StudyCost
+from ihsweep.validate import prepare
 from snakemake.utils import update_config
 
 LAW = {"a": 0.37, "b": 0.62, "log10_T": 4.0}
@@ -101,7 +105,7 @@ def test_added_checkpoints_are_converted_like_the_fixed_ones():
         }
         assert json.loads(json.dumps(spec)) == spec
         # What counts checkpoints counts these: the cost table's column.
-        assert study.cost(run)["checkpoints"] == len(steps)
+        assert StudyCost(study).row(run)["checkpoints"] == len(steps)
 
 
 def test_window_and_density_and_budget():
@@ -277,8 +281,13 @@ def test_snakemake_dry_run_of_a_densified_study(tmp_path):
     assert result.rc == 0, result.out[-4000:]
     study = prepare(config)
     assert job_stats(result.out)["train"] == len(study.runs)
-    # The cost table counts the densified checkpoints.
-    rows = list(map(str.split, result.out.splitlines()))
+    # The cost table (python -m ihsweep.cost, make cost) counts the densified checkpoints.
+    table = subprocess.run(
+        [sys.executable, "-m", "ihsweep.cost", "--configfile", "config.yaml"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert table.returncode == 0, table.stderr
+    rows = list(map(str.split, table.stdout.splitlines()))
     column = next(row for row in rows if row[:2] == ["run", "updates"]).index("ckpts")
     for run in study.runs:
         row = next(row for row in rows if row[:1] == [run.id])

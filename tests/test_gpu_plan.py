@@ -14,8 +14,10 @@ import torch
 import yaml
 from conftest import REPO, SCHEMA
 from ihsweep import cost
-from ihsweep.config import prepare
+from ihsweep.cost.report import cost_table
+from ihsweep.cost.study import StudyCost
 from ihsweep.training import loop
+from ihsweep.validate import prepare
 
 sys.path.insert(0, str(REPO / "bench"))
 import gpu_plan  # noqa: E402
@@ -49,7 +51,7 @@ def test_smoke_plan_writes_every_phase(tmp_path):
     assert set(projection) == set(gpu_plan.VARIANTS)
     eager = projection["eager"]
     paper = prepare(yaml.safe_load((REPO / "workflow/studies/paper.yaml").read_text()), SCHEMA)
-    assert eager["tokens"] == cost.cost_table(paper).tokens.sum()  # the runs' whole steps
+    assert eager["tokens"] == cost_table(StudyCost(paper)).tokens.sum()  # the runs' whole steps
     assert 0.15 < eager["early_stop_tokens"] / eager["tokens"] < 0.35
     assert eager["early_stop_device_hours"] < 0.5 * eager["device_hours"]
     assert "paper.yaml on eager" in proc.stdout

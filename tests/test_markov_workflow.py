@@ -18,7 +18,7 @@ import pytest
 import yaml
 from conftest import job_stats, run_study, snakemake, study_text
 from ihsweep import layout
-from ihsweep.config import prepare
+from ihsweep.validate import prepare
 
 # The aggregates of the test studies, which keep the schema's default name (`study`).
 MARKOV = layout.markov_dir("default")

@@ -7,6 +7,9 @@ import math
 import numpy as np
 import pytest
 import torch
+from ihsweep.config import load_schema
+from ihsweep.probing.metrics import EMERGENCE_METRICS, HEAD_SCORES
+from ihsweep.probing.run import MODEL_COLUMNS
 from ihsweep.probing.scores import (
     associative_recall,
     logit_attribution,
@@ -411,3 +414,15 @@ def test_probe_model_rejects_a_batch_that_is_not_repeated():
     batch[0, -1] = (batch[0, -1] + 1) % 50
     with pytest.raises(ValueError, match="repeated"):
         probe_model(model, batch, min_layer=0)
+
+
+def test_the_schema_accepts_exactly_the_registered_emergence_metrics():
+    """``emergence.metric`` names what ``ihsweep.probing.metrics`` registers: a new per-head
+    score is its maximum's metric, and the model table holds a column for each."""
+    schema = load_schema()
+    metric = schema["properties"]["emergence"]["properties"]["metric"]
+    assert metric["enum"] == list(EMERGENCE_METRICS)
+    assert set(EMERGENCE_METRICS) <= set(MODEL_COLUMNS)
+    assert [f"{score}_max" for score in HEAD_SCORES] == [
+        m for m in EMERGENCE_METRICS if m != "ar_acc"
+    ]

@@ -16,10 +16,10 @@ from ihsweep import layout
 from ihsweep.analysis import frontier
 from ihsweep.analysis.lawfit import QUANTITIES, fit_law, fit_table
 from ihsweep.analysis.markov import SETTING_KEYS, setting_cells
-from ihsweep.config import prepare
 from ihsweep.report import findings
 from ihsweep.report.findings import law_findings
 from ihsweep.report.tables import law_fit, markov_emergence, natural_emergence
+from ihsweep.validate import prepare
 from jinja2 import Environment
 
 # The aggregates of the test studies, which keep the schema's default name (`study`).

@@ -12,7 +12,9 @@ import time
 import pytest
 import yaml
 from conftest import REPO, job_stats
-from ihsweep.config import Run, prepare
+from ihsweep.config import Run
+from ihsweep.cost.study import StudyCost
+from ihsweep.validate import prepare
 
 pytestmark = pytest.mark.slow
 
@@ -62,7 +64,8 @@ def test_training_jobs_ask_for_a_gpu_memory_and_the_estimated_runtime(paper_dry_
     )
     assert len(jobs) == 30
     asked = {Run(d, m, int(b), int(c), int(s)): int(minutes) for d, m, b, c, s, minutes in jobs}
-    assert asked == {run: study.train_minutes(run) for run in study.runs}
+    costed = StudyCost(study)
+    assert asked == {run: costed.train_minutes(run) for run in study.runs}
     assert asked[Run("cc100", "gpt2-2L", 8, 64, 0)] > asked[Run("cc100", "gpt2-2L", 256, 1024, 0)]
     for line in resources_of(paper_dry_run, "probe"):
         assert "gpu=1" in line and "runtime=30" in line

@@ -18,9 +18,10 @@ import pytest
 import yaml
 from conftest import SCHEMA
 from ihsweep import layout
-from ihsweep.config import Run, prepare
+from ihsweep.config import Run
 from ihsweep.status import main, run_state, status_table, totals
 from ihsweep.training.progress import read_progress, write_progress
+from ihsweep.validate import prepare
 
 # The aggregates of the test studies, which keep the schema's default name (`study`).
 NATURAL = layout.natural_dir("default")

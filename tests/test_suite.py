@@ -18,12 +18,14 @@ transformers = pytest.importorskip("transformers")
 
 from conftest import REPO, job_stats, run_study, snakemake  # noqa: E402
 from ihsweep import layout  # noqa: E402
-from ihsweep.config import ConfigError, prepare  # noqa: E402
+from ihsweep.config import ConfigError  # noqa: E402
+from ihsweep.cost.report import cost_report  # noqa: E402
 from ihsweep.probing.hf import load_revision  # noqa: E402
 from ihsweep.probing.run import HEAD_COLUMNS, MODEL_COLUMNS, RECORD_COLUMNS  # noqa: E402
 from ihsweep.probing.scores import make_probe_batch  # noqa: E402
 from ihsweep.probing.suite import PYTHIA_REVISIONS, revision_step  # noqa: E402
 from ihsweep.steps import probe_suite as step  # noqa: E402
+from ihsweep.validate import prepare  # noqa: E402
 from test_hf import PROBE, REVISIONS, C, V, reference_scores, save_revisions, tiny  # noqa: E402
 
 # The aggregates of the test studies, which keep the schema's default name (`study`).
@@ -136,8 +138,11 @@ def test_pythia_study_dry_run_probes_seven_suites(tmp_path):
     result = snakemake(tmp_path, "-n")
     assert result.rc == 0, result.out
     assert job_stats(result.out) == {"probe_suite": 7, "aggregate_natural": 1, "all": 1}
-    # The dry run's cost table: a study of suites trains nothing (and once divided by zero).
-    assert "no training runs: the study trains nothing" in result.out
+    # The cost table (make cost): a study of suites trains nothing (and once divided by zero).
+    assert (
+        cost_report(study)[0]
+        == "no training runs: the study trains nothing (checkpoint suites only)"
+    )
 
 
 @pytest.mark.slow

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from conftest import REPO, SCHEMA, write_chunks
 from ihsweep import cost
 from ihsweep.analysis.emergence import run_point
-from ihsweep.config import complete, prepare
+from ihsweep.config import complete
 from ihsweep.data.chunks import open_chunks
 from ihsweep.layout import PROGRESS_JSON
 from ihsweep.probing.run import probe_run
@@ -52,6 +52,7 @@ from ihsweep.training.schedule import lr_at
 from ihsweep.training.step import batch_loss, clip_gradients, next_token_loss, train_step
 from ihsweep.training.stops import EXIT_INTERRUPTED
 from ihsweep.training.weights import save_checkpoint
+from ihsweep.validate import prepare
 from safetensors import safe_open
 from safetensors.torch import load_file
 
@@ -120,7 +121,7 @@ def make_spec(
     model: dict | None = None,
     **training,
 ) -> dict:
-    """Study.train_spec of a one-run study, through ihsweep.config.prepare (defaults filled)."""
+    """Study.train_spec of a one-run study, through ihsweep.validate.prepare (defaults filled)."""
     config = toy_config(
         batch=B,
         checkpoint_tokens=[k * B * C for k in range(every, steps + 1, every)],
@@ -483,7 +484,7 @@ def test_micro_batch_losses_weigh_parts_by_their_sequences():
 def test_trainer_ends_with_the_weights_of_a_plain_loop(tmp_path, data_dir):
     """train() ends bit for bit where a plain loop of the same model, batches (as the sampler
     first drew them), fused AdamW, schedule and torch's clip_grad_norm_ ends, through updates
-    that were clipped and updates that were not (bench/train_speed.py --compare times the two)."""
+    that were clipped and updates that were not (bench/trainer_vs_minimal.py times the two)."""
     spec = make_spec(steps=30, every=30)
     train(spec, data_dir, tmp_path / "run", **CPU)
     t, steps = spec["training"], spec["total_steps"]

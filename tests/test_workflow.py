@@ -24,10 +24,10 @@ import torch
 import yaml
 from conftest import REPO, job_stats, logs_of, mtimes, run_study, snakemake, study_text
 from ihsweep import layout
-from ihsweep.config import prepare
 from ihsweep.training.checkpoints import read_checkpoint
 from ihsweep.training.model import GPT, GPTConfig
 from ihsweep.training.weights import load_checkpoint_weights
+from ihsweep.validate import prepare
 
 # The aggregates of the test studies, which keep the schema's default name (`study`).
 NATURAL = layout.natural_dir("default")

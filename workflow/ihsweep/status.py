@@ -20,7 +20,7 @@ Snakemake lock, so it works while a study runs, locally or on SLURM. States:
   updated for longer than ``--active-minutes`` (killed; read its log);
 - ``missing``: not started.
 
-Each run's state comes from its ``progress.json`` (``ihsweep.training.loop.write_progress``) and
+Each run's state comes from its ``progress.json`` (``ihsweep.training.progress.write_progress``) and
 its completion record ``run.json``; nothing here reads the training log. Columns:
 
 - ``run_id, state``; ``outcome``: ``completed``, ``stopped_early`` or ``diverged`` once the run

@@ -2,20 +2,22 @@
 # Paths come from ihsweep.layout, the one home of the results/ layout.
 import json
 import os
-import re
 import sys
 
 # `report` alone is a keyword of a Snakefile: the function goes by another name here.
 from snakemake.io import report as report_output
 
 from ihsweep import cost, layout
-from ihsweep.config import EXECUTION, ConfigError, Run, prepare
+from ihsweep.config import EXECUTION, ConfigError, Run
+from ihsweep.cost.study import StudyCost
 from ihsweep.provenance import code_sha256, config_sha256, run_sha256
+from ihsweep.validate import prepare
 
 try:
     STUDY = prepare(config)
 except ConfigError as err:
     sys.exit(f"config error: {err}")
+COST = StudyCost(STUDY)  # each job's runtime on a cluster
 CONFIG_SHA256 = config_sha256(config)  # recorded in every aggregate's provenance.json
 # A parameter of the aggregates only, so that an update of the package redoes them (seconds)
 # and nothing else: runs, probes and run figures stay cached.
@@ -107,19 +109,19 @@ def run_figure_sha256(wildcards):
 
 def train_runtime(wildcards, attempt):
     """Minutes for a training job on a cluster; a retry asks for more (config `execution`)."""
-    return STUDY.train_minutes(Run.from_wildcards(wildcards), attempt)
+    return COST.train_minutes(Run.from_wildcards(wildcards), attempt)
 
 
 def tokenize_runtime(wildcards, attempt):
-    return STUDY.tokenize_minutes(wildcards.data, attempt)
+    return COST.tokenize_minutes(wildcards.data, attempt)
 
 
 def chunk_runtime(wildcards, attempt):
-    return STUDY.chunk_minutes(wildcards.data, int(wildcards.ctx), attempt)
+    return COST.chunk_minutes(wildcards.data, int(wildcards.ctx), attempt)
 
 
 def probe_runtime(wildcards, attempt):
-    return STUDY.probe_minutes(attempt)
+    return COST.probe_minutes(attempt)
 
 
 def suite_spec_json(wildcards):

@@ -113,7 +113,6 @@ import pandas as pd
 # the default `crossing` rule, which needs neither (bench/step_startup.py).
 
 METHODS = ("breakpoint", "sigmoid", "crossing")
-METRICS = ("ps_max", "la_max", "ar_acc")
 
 MIN_CHECKPOINTS = 7  # the ramp has 4 parameters; leave at least 3 residual degrees of freedom
 MIN_BEFORE = 2  # checkpoints at or before the point needed to establish the baseline

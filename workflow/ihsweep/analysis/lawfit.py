@@ -71,6 +71,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from ihsweep.config import law_updates
+
 MIN_RUNS = 4  # three coefficients plus at least one residual degree of freedom
 CONFIDENCE = 0.95
 FORMULA = "log10 U_pt = log10 T - a log10 B - b log10 C"
@@ -145,9 +147,7 @@ def predict_updates(params: dict, B, C):
     """
     if not params.get("ok", True) or params.get("a") is None:
         raise ValueError(f"no fitted law to predict from: {params.get('reason', 'not fitted')}")
-    B, C = np.asarray(B, dtype=float), np.asarray(C, dtype=float)
-    pred = 10.0 ** (params["log10_T"] - params["a"] * np.log10(B) - params["b"] * np.log10(C))
-    return float(pred) if np.ndim(pred) == 0 else pred
+    return law_updates(params, B, C)
 
 
 # --- helpers -------------------------------------------------------------------------------

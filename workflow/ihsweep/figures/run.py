@@ -29,12 +29,9 @@ import pandas as pd
 from ihsweep.analysis.frontier import format_tokens
 from ihsweep.figures import style
 from ihsweep.figures.natural import ENDING_STYLE, run_ending
+from ihsweep.probing.metrics import CURVE_LABELS
 
-CURVES = [
-    ("ps_max", "PS (max over heads)"),
-    ("la_max", "LA (max over heads)"),
-    ("ar_acc", "AR accuracy"),
-]
+CURVES = list(CURVE_LABELS.items())
 LOSS_COLOURS = {"train_loss": "0.45", "val_loss": "0.15"}
 
 

@@ -17,6 +17,8 @@ from cycler import cycler
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from ihsweep.probing.metrics import EMERGENCE_METRICS
+
 # Okabe & Ito (2008), reordered so that the first colours are the most distinct on white;
 # yellow comes last because it is faint on a white background.
 PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]
@@ -43,11 +45,7 @@ STYLE = {
     "pdf.fonttype": 42,  # embed TrueType, so text in the PDF stays editable
 }
 
-METRIC_LABELS = {
-    "ps_max": "prefix-matching score (max over heads)",
-    "la_max": "logit attribution (max over heads)",
-    "ar_acc": "associative-recall accuracy",
-}
+METRIC_LABELS = EMERGENCE_METRICS
 
 
 @contextmanager

@@ -25,13 +25,14 @@ import pandas as pd
 import torch
 
 from ihsweep.io import read_parquet_key, write_parquet
+from ihsweep.probing.metrics import HEAD_MAXIMA, HEAD_SCORES
 from ihsweep.probing.scores import make_probe_batch, probe_model
 from ihsweep.training.checkpoints import list_checkpoints
 from ihsweep.training.model import GPT, GPTConfig
 from ihsweep.training.weights import load_checkpoint_weights
 
 RUN_COLUMNS = ["run_id", "data", "model", "batch_size", "context_size", "seed"]
-HEAD_COLUMNS = [*RUN_COLUMNS, "step", "tokens", "layer", "head", "ps", "la"]
+HEAD_COLUMNS = [*RUN_COLUMNS, "step", "tokens", "layer", "head", *HEAD_SCORES]
 MODEL_COLUMNS = [
     "run_id",
     "data",
@@ -44,8 +45,7 @@ MODEL_COLUMNS = [
     "tokens",
     "ar_acc",
     "ar_rank",
-    "ps_max",
-    "la_max",
+    *HEAD_MAXIMA,
     "ps_la_corr",
     "train_loss",
     "val_loss",

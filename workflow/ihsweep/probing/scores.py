@@ -33,6 +33,8 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ihsweep.probing.metrics import HEAD_SCORES
+
 __all__ = [
     "associative_recall",
     "logit_attribution",
@@ -189,8 +191,8 @@ def probe_model(
         la = logit_attribution(z.float(), model.blocks[layer].attn.W_O().float(), W_U, batch, s)
         for head, (ps_h, la_h) in enumerate(zip(ps.tolist(), la.tolist(), strict=True)):
             rows.append({"layer": layer, "head": head, "ps": ps_h, "la": la_h})
-    heads = pd.DataFrame(rows, columns=["layer", "head", "ps", "la"]).astype(
-        {"layer": "int64", "head": "int64", "ps": "float64", "la": "float64"}
+    heads = pd.DataFrame(rows, columns=["layer", "head", *HEAD_SCORES]).astype(
+        {"layer": "int64", "head": "int64", **dict.fromkeys(HEAD_SCORES, "float64")}
     )
 
     ar_acc, ar_rank = associative_recall(logits.float(), batch, s)
@@ -198,8 +200,7 @@ def probe_model(
     summary = {
         "ar_acc": ar_acc,
         "ar_rank": ar_rank,
-        "ps_max": float(candidates["ps"].max()),
-        "la_max": float(candidates["la"].max()),
+        **{f"{score}_max": float(candidates[score].max()) for score in HEAD_SCORES},
         "ps_la_corr": _pearson(heads["ps"].to_numpy(), heads["la"].to_numpy()),
     }
     return heads, summary

@@ -16,8 +16,8 @@ resume state, so a killed job restarts at its last checkpoint and ends with the 
 bit for bit on CPU, as an uninterrupted run: the batch at step i is a pure function of (seed,
 i), and the model, optimiser and RNG states are restored exactly. SIGTERM or SIGUSR1 (sent by
 SLURM before a walltime kill or on preemption) saves the resume state at the next step and
-exits non-zero. ``bench/train_speed.py`` times this trainer against a minimal nanoGPT-style
-loop (they end with the same weights).
+exits non-zero. ``bench/trainer_vs_minimal.py`` times this trainer against a minimal
+nanoGPT-style loop (they end with the same weights).
 """
 
 from __future__ import annotations

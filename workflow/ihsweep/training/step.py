@@ -139,7 +139,7 @@ def compiled_loss():
 def resolve_compile(setting: bool | str, device: torch.device) -> bool:
     """Whether a job compiles its loss: ``execution.compile`` (true, false, or auto: on CUDA
     only) on the device it got. The default is false, by measurement on this project's CPU
-    (``bench/train_speed.py --compare --compile``, the schema has the numbers): the compiled
+    (``bench/trainer_vs_minimal.py --compile``, the schema has the numbers): the compiled
     loss is 1.1x as fast at vocabulary 256 and no faster at 2,048, and compiling takes ~35 s,
     which a default-study run of 4M tokens does not win back."""
     if setting == "auto":

@@ -7,9 +7,11 @@ One row per training run (cell): updates, tokens, the micro-batch the job will u
 estimated peak memory against the device's, estimated device-hours at the full budget and with
 early stop, the walltime it asks a cluster for, and the disk its checkpoints take; then the
 totals of both budgets. A study that trains on the CPU is shown in core-hours and host memory.
-Everything here is arithmetic on the config (no torch), so ``ihsweep.config`` uses it to refuse,
-before any job starts, a cell that does not fit in memory even one sequence at a time, and the
-rules use it for each job's runtime and memory.
+Everything here is arithmetic (no torch, no config): the trainer uses it to pick its
+micro-batch and loss chunks; ``ihsweep.cost.study`` applies it to a study's runs, which
+``ihsweep.validate`` uses to refuse, before any job starts, a cell that does not fit in memory
+even one sequence at a time, and the rules for each job's runtime and memory;
+``ihsweep.cost.report`` is the table (``python -m ihsweep.cost``).
 
 **Time.** A training job's seconds are
 ``updates * micro_batches * step_overhead + tokens * flops_per_token / (peak_flops * mfu)``:
@@ -42,8 +44,6 @@ against measured peaks.
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import glob
 import json
 import math
@@ -53,7 +53,7 @@ from pathlib import Path
 GB = 1e9
 MB = 1e6
 
-# The trainer's loss computes at most this many logits at once (training/loop.py): on the CPU
+# The trainer's loss computes at most this many logits at once (training/step.py): on the CPU
 # 16M (64 MB in fp32), on a GPU 64M, small next to its memory and large enough for full-speed
 # matmuls (1,335 positions of GPT-2's vocabulary).
 LOSS_CHUNK_LOGITS = {"cpu": 2**24, "cuda": 2**26}
@@ -86,7 +86,7 @@ GPU_MFU = 0.07
 DEVICE_PROFILES = {
     "cpu": {
         # One thread: fp32 matmul peak ~160 GFLOP/s; the default-study model trains at 15-23k
-        # tokens/s, ~1 MFLOP a token (bench/train_speed.py --device cpu; shared notes).
+        # tokens/s, ~1 MFLOP a token (bench/device_profile.py --device cpu; shared notes).
         "peak_tflops": 0.16,
         "mfu": 0.14,
         "step_overhead_ms": 0.5,
@@ -99,7 +99,7 @@ DEVICE_PROFILES = {
     "a100-80gb": {"peak_tflops": 312, "mfu": GPU_MFU, "step_overhead_ms": 3.0, "memory_gb": 80},
     "h100": {"peak_tflops": 989, "mfu": GPU_MFU, "step_overhead_ms": 3.0, "memory_gb": 80},
     "h200": {
-        # bench/train_speed.py on one H200 (torch 2.11, CUDA 13.0, eager bf16): the measured
+        # bench/device_profile.py on one H200 (torch 2.11, CUDA 13.0, eager bf16): the measured
         # bf16 matmul peak, and the fit over (B, C) = (8, 64), (32, 256), (256, 1024) (README).
         "peak_tflops": 807,
         "mfu": 0.083,
@@ -212,7 +212,7 @@ def micro_batch_sizes(batch_size: int, micro_batch: int) -> list[int]:
 
 def device_profile(execution: dict) -> dict:
     """The cost model's constants for the study's `execution` section: a built-in profile, or
-    a profile file written by bench/gpu_plan.py or bench/train_speed.py. Raises ValueError
+    a profile file written by bench/gpu_plan.py or bench/device_profile.py. Raises ValueError
     naming the problem."""
     choice = execution["device_profile"]
     if choice == "auto":
@@ -313,140 +313,3 @@ def chunk_minutes(tokens: float | None, execution: dict, attempt: int) -> int:
     if tokens is None:
         return attempt * HUB_UNBOUNDED_MINUTES
     return job_minutes(tokens / CHUNK_TOKENS_PER_SECOND, execution, attempt)
-
-
-# --------------------------------------------------------------------------------------------
-# The table
-
-COLUMNS = [
-    "run_id", "updates", "tokens", "early_stop_tokens", "micro_batch", "peak_gb", "limit_gb",
-    "device_hours", "early_stop_device_hours", "walltime_min", "checkpoints", "checkpoint_gb",
-]  # fmt: skip
-
-
-def cost_table(study):
-    """One row per run of a prepared study (``ihsweep.config.Study.cost``), as a DataFrame."""
-    import pandas as pd
-
-    return pd.DataFrame([study.cost(run) for run in study.runs], columns=COLUMNS)
-
-
-def early_stop_summary(study) -> str:
-    """How the study's runs are expected to end, as the totals line of early stop says it."""
-    rules = {run: study.early_stop(run) for run in study.runs}
-    stopping = [run for run, rule in rules.items() if rule is not None]
-    if not stopping:
-        return "early stop off (training.stop_after_emergence): every run trains its budget"
-    predicted = [run for run in stopping if study.prediction(run) is not None]
-    if not predicted:
-        return (
-            "no law predicts the transitions (checkpoints.densify), so every run is counted at "
-            "its budget"
-        )
-    law = study.densify["law"]
-    margins = "/".join(f"{m:g}" for m in sorted({rules[r]["margin_decades"] for r in predicted}))
-    text = (
-        f"each run stops at the first checkpoint {margins} decades past the transition the law "
-        f"U_pt = T / (B^a C^b) predicts, a {law['a']:g}, b {law['b']:g}, log10 T "
-        f"{law['log10_T']:g} (from {study.densify['source']})"
-    )
-    unpredicted = len(study.runs) - len(predicted)
-    return text + (
-        f"; {unpredicted} runs the law does not predict: their budget" * bool(unpredicted)
-    )
-
-
-def format_cost(table, study) -> str:
-    """The table and its totals in the units of the study's device: GPU-hours and GPU memory,
-    or core-hours (one thread per job, as the CPU profile is measured) and host memory."""
-    import pandas as pd
-
-    profile = study.profile
-    unit = "core" if profile_device_type(profile) == "cpu" else "GPU"
-    memory = "host" if unit == "core" else "GPU"
-    shown = pd.DataFrame(
-        {
-            "run": table.run_id,
-            "updates": table.updates,
-            "tokens": [f"{t / 1e6:,.1f}M" for t in table.tokens],
-            "stop_at": [f"{t / 1e6:,.1f}M" for t in table.early_stop_tokens],
-            "micro_batch": table.micro_batch,
-            f"{memory}_GB": [
-                f"{p:.1f}/{m:.0f}" for p, m in zip(table.peak_gb, table.limit_gb, strict=True)
-            ],
-            f"{unit}_h": [f"{h:.2f}" for h in table.device_hours],
-            f"{unit}_h_stop": [f"{h:.2f}" for h in table.early_stop_device_hours],
-            "walltime_min": table.walltime_min,
-            "ckpts": table.checkpoints,
-            "ckpt_GB": [f"{g:.2f}" for g in table.checkpoint_gb],
-        }
-    )
-    full, stop = table.tokens.sum(), table.early_stop_tokens.sum()
-    lines = [
-        shown.to_string(index=False),
-        f"{len(table)} runs, {table.updates.sum():,} updates at their budgets",
-        f"  full budgets: {full / 1e9:.2f}B tokens, {table.device_hours.sum():.1f} {unit}-hours",
-        f"  with early stop: {stop / 1e9:.2f}B tokens ({stop / full:.0%}), "
-        f"{table.early_stop_device_hours.sum():.1f} {unit}-hours: {early_stop_summary(study)}",
-        f"  walltime asked for: {table.walltime_min.sum() / 60:.1f} hours (each job for its "
-        f"full budget: a run may form no induction heads); "
-        f"{table.checkpoint_gb.sum():.1f} GB of checkpoints",
-        f"device profile {profile['name']}: {profile['source']}",
-    ]
-    return "\n".join(lines)
-
-
-def shown_study(study, gpu_here: bool | None = None):
-    """The study as the cost report shows it. When `auto` sized the jobs for a GPU (device and
-    device_profile both auto, the rule asking for one) but this machine shows none
-    (``gpu_visible``; ``gpu_here`` overrides), its jobs train here on the CPU: the study sized
-    for the CPU, whose table speaks of core-hours and host memory."""
-    execution = study.config["execution"]
-    on_auto = execution["device"] == "auto" and execution["device_profile"] == "auto"
-    if not on_auto or profile_device_type(study.profile) == "cpu":
-        return study
-    if gpu_visible() if gpu_here is None else gpu_here:
-        return study
-    return dataclasses.replace(study, profile=device_profile({**execution, "device": "cpu"}))
-
-
-def cost_report(study, gpu_here: bool | None = None):
-    """What `python -m ihsweep.cost` and a dry run print, and the table it shows (for --csv).
-    When the table is the CPU's in place of the GPU the jobs are sized for (``shown_study``),
-    a last line gives what the same runs cost on that GPU."""
-    if not study.runs:
-        text = "no training runs: the study trains nothing (checkpoint suites only)"
-        return text, cost_table(study)
-    shown = shown_study(study, gpu_here)
-    try:
-        table = cost_table(shown)
-    except ValueError:  # a cell that fits the GPU but not the CPU job's memory
-        shown, table = study, cost_table(study)
-    text = format_cost(table, shown)
-    if shown is study:
-        return text, table
-    on_gpu = cost_table(study)
-    return (
-        f"{text}\non a GPU (device profile {study.profile['name']}, which sizes cluster jobs): "
-        f"{on_gpu.device_hours.sum():.1f} GPU-hours at the full budgets, "
-        f"{on_gpu.early_stop_device_hours.sum():.1f} with early stop",
-        table,
-    )
-
-
-def main(argv=None) -> int:
-    from ihsweep.config import add_configfile, study_of_files
-
-    parser = argparse.ArgumentParser(prog="python -m ihsweep.cost", description=__doc__)
-    add_configfile(parser)
-    parser.add_argument("--csv", type=Path, help="also write the table as CSV")
-    args = parser.parse_args(argv)
-    text, table = cost_report(study_of_files(args.configfile))
-    print(text)
-    if args.csv:
-        table.to_csv(args.csv, index=False)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

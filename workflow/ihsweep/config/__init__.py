@@ -1,0 +1,48 @@
+"""The study configuration: what a study computes, read and checked before any job exists.
+
+- ``ihsweep.config.schema``: the JSON schema (workflow/schemas/config.schema.yaml, the only
+  home of every default) filled in and checked in one pass; ``ConfigError`` messages of one
+  line that name the key and what would be accepted; ``complete`` for a step's partial section.
+- ``ihsweep.config.study``: the study model: ``Run``, ``Study`` (grid, checkpoint schedule, the
+  law's predictions, each run's training spec).
+- ``ihsweep.config.checks``: the checks a schema cannot express that need nothing but the
+  config, ``read_study`` (schema, checks, ``Study``) and the command-line tools' config files.
+
+This package imports nothing of ihsweep's but ``layout``: the checks that need the data,
+probing and cost layers are ``ihsweep.validate``'s, whose ``prepare`` the Snakefile calls.
+"""
+
+from ihsweep.config.checks import (
+    add_configfile,
+    load_configfiles,
+    read_study,
+    study_of_files,
+)
+from ihsweep.config.schema import (
+    MOVED_KEYS,
+    SCHEMA,
+    ConfigError,
+    complete,
+    first_schema_problem,
+    load_schema,
+)
+from ihsweep.config.study import (
+    EXECUTION,
+    GPT2_VOCAB_SIZE,
+    MODEL_KEYS,
+    Run,
+    Study,
+    checkpoint_steps,
+    densify_tokens,
+    expand_runs,
+    law_updates,
+    schedule_tokens,
+    study_definition,
+)
+
+__all__ = [
+    "EXECUTION", "GPT2_VOCAB_SIZE", "MODEL_KEYS", "MOVED_KEYS", "SCHEMA", "ConfigError", "Run",
+    "Study", "add_configfile", "checkpoint_steps", "complete", "densify_tokens", "expand_runs",
+    "first_schema_problem", "law_updates", "load_configfiles", "load_schema", "read_study",
+    "schedule_tokens", "study_definition", "study_of_files",
+]  # fmt: skip
