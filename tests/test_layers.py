@@ -89,3 +89,17 @@ def test_no_module_or_function_over_its_size_limit():
                 if length > MAX_FUNCTION_LINES:
                     too_long.append(f"{path.relative_to(REPO)}:{node.lineno} {node.name}: {length}")
     assert not too_long, too_long
+
+
+def test_the_package_imports_no_benchmark():
+    """bench/ holds tools that use the package; the package never imports them."""
+    importers = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [alias.name for alias in node.names] if isinstance(node, ast.Import)
+                else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            )  # fmt: skip
+            if any(name == "bench" or name.startswith("bench.") for name in names):
+                importers.append(str(path.relative_to(REPO)))
+    assert not importers, importers
