@@ -1,5 +1,5 @@
-"""bench/train_speed.py runs: its profile mode on the CPU, and --compare, whose trainer and
-minimal loop must end with the same weights (the benchmark compares two equal computations).
+"""bench/device_profile.py runs on the CPU; bench/trainer_vs_minimal.py's trainer and minimal
+loop must end with the same weights (the benchmark compares two equal computations).
 bench/step_startup.py times the steps' imports against a git ref, and sees no step load scipy."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import sys
 import pytest
 from conftest import REPO
 
-SCRIPT = str(REPO / "bench" / "train_speed.py")
+SCRIPT = str(REPO / "bench" / "device_profile.py")
+COMPARE = str(REPO / "bench" / "trainer_vs_minimal.py")
 
 
 def bench(*args: str, script: str = SCRIPT) -> str:
@@ -33,8 +34,8 @@ def test_profile_mode_on_the_cpu(tmp_path):
 
 @pytest.mark.slow
 def test_compare_times_two_runs_that_end_with_the_same_weights(tmp_path):
-    out = bench("--compare", "--cells", "w32:4x16:64", "--rounds", "2", "--seconds", "0.1",
-                "--out", str(tmp_path / "compare.json"))  # fmt: skip
+    out = bench("--cells", "w32:4x16:64", "--rounds", "2", "--seconds", "0.1",
+                "--out", str(tmp_path / "compare.json"), script=COMPARE)  # fmt: skip
     assert "round 2: trainer" in out, out
     (cell,) = json.loads((tmp_path / "compare.json").read_text())["cells"]
     assert cell["cell"] == "w32:4x16:64" and len(cell["ratios"]) == 2

@@ -1,46 +1,30 @@
-"""Training speed of the project's trainer, and the device profile the cost model needs.
+"""The project's trainer against a minimal nanoGPT-style loop: tokens/s, their ratio, same weights.
 
-    python bench/train_speed.py                                   # CUDA, the paper model
-    python bench/train_speed.py --out results/bench/my-gpu.json   # then, in the study:
-        execution: {device_profile: results/bench/my-gpu.json}
-    python bench/train_speed.py --device cpu --threads 2 --cells 8x64 --steps 3 --quick
-    python bench/train_speed.py --compile                         # each cell eager and compiled
-    python bench/train_speed.py --compare [--quick] [--compile]   # trainer vs a minimal loop
+    python bench/trainer_vs_minimal.py                       # the default study's three cells
+    python bench/trainer_vs_minimal.py --quick               # 2 short rounds, under a minute
+    python bench/trainer_vs_minimal.py --compile             # also the compiled trainer
+    python bench/trainer_vs_minimal.py --cells w32:4x16:64 --rounds 2 --seconds 0.1   # a smoke run
 
-For each (B, C) cell it times ``ihsweep.training.loop.train_step``, the very function the
-trainer runs (micro-batches, chunked loss, AdamW, clipping, bf16 autocast on CUDA), on random
-tokens, with no host synchronisation between steps (only before and after the timed stretch;
-on the CPU with the allocator tuned as a training job tunes it, ``loop.keep_freed_memory``),
-and prints tokens/s, seconds per step, model FLOP utilisation against the device's measured
-matmul peak (bf16 on CUDA, fp32 on the CPU) and peak memory. It then fits
-``seconds per step = passes * step_overhead + tokens * flops_per_token / (peak * mfu)`` over
-the cells (least squares) and writes the profile ``{peak_tflops, mfu, step_overhead_ms,
-memory_gb}`` with every measured cell. ``--compile`` also times each cell with
-``execution.compile``'s compiled loss (compiled afresh per cell; the warm-up steps' wall time,
-compiling included, is printed); the profile stays eager's, the default setting.
-
-The default model is the paper's (2 layers, 8 heads, width 768, MLP, GPT-2's vocabulary of
-50,257); ``--vocab 50304`` measures the vocabulary padded to a multiple of 64.
-
-``--compare`` times the whole trainer, ``ihsweep.training.loop.train()`` itself (on a chunk
-folder of random tokens in a temporary directory, the default study's hyperparameters, one
-checkpoint at the end), against a minimal nanoGPT-style loop on the same GPT, the same batches
-(read from the same memmap in the trainer's order), fused AdamW with the same settings and
-schedule, clipping at 1.0, for the default study's models and vocabularies (``--cells``:
-``model:BxC:vocabulary``, models w32, w48, w64 of config.yaml). Each runs in a process of its
-own, started afresh for each cell as a training job starts (the trainer tunes its process's
-allocator, the minimal loop keeps glibc's defaults). The two take turns a block of ~0.1 s of
-steps at a time, so that both see the same load of a busy machine, for ``--rounds`` rounds
-(after an untimed run each); it prints tokens/s of both after the first ``--warmup`` steps,
-their ratio (trainer / minimal) per round and the median, the page faults a step, and whether
-both ended with the same weights (on the CPU they must, bit for bit; CUDA's kernels need not be
-deterministic). On the CPU with one thread the clock is the process's CPU time, which a loaded
-machine disturbs less than wall time (a worker waiting for its turn uses none); on this 2-core
-machine under load, two workers running the same loop measured ratios of 0.98-1.01.
-``--compile`` adds the trainer with ``execution.compile: true`` (its first round compiles into
-an empty inductor cache, the later ones from the warm cache), its compile warm-up (the wall time
-of its first steps) and what each would take for a 4M-token run. ``--quick``: 2 short rounds,
-under a minute for the three default cells.
+It times the whole trainer, ``ihsweep.training.loop.train()`` itself (on a chunk folder of
+random tokens in a temporary directory, the default study's hyperparameters, one checkpoint at
+the end), against a minimal nanoGPT-style loop on the same GPT, the same batches (read from the
+same memmap in the trainer's order), fused AdamW with the same settings and schedule, clipping
+at 1.0, for the default study's models and vocabularies (``--cells``: ``model:BxC:vocabulary``,
+models w32, w48, w64 of config.yaml). Each runs in a process of its own, started afresh for each
+cell as a training job starts (the trainer tunes its process's allocator, the minimal loop keeps
+glibc's defaults). The two take turns a block of ~0.1 s of steps at a time, so that both see the
+same load of a busy machine, for ``--rounds`` rounds (after an untimed run each); it prints
+tokens/s of both after the first ``--warmup`` steps, their ratio (trainer / minimal) per round
+and the median, the page faults a step, and whether both ended with the same weights (on the CPU
+they must, bit for bit; CUDA's kernels need not be deterministic). On the CPU with one thread
+the clock is the process's CPU time, which a loaded machine disturbs less than wall time (a
+worker waiting for its turn uses none); on this 2-core machine under load, two workers running
+the same loop measured ratios of 0.98-1.01. ``--compile`` adds the trainer with
+``execution.compile: true`` (its first round compiles into an empty inductor cache, the later
+ones from the warm cache), its compile warm-up (the wall time of its first steps) and what each
+would take for a 4M-token run. ``--quick``: 2 short rounds, under a minute for the three default
+cells. ``bench/device_profile.py`` times the trainer's step alone, cell by cell, for the cost
+model's device profile.
 """
 
 from __future__ import annotations
@@ -53,7 +37,6 @@ import io
 import json
 import multiprocessing
 import os
-import platform
 import queue
 import resource
 import shutil
@@ -68,16 +51,16 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
-from ihsweep import cost  # noqa: E402
-from ihsweep.steps._args import micro_batch_arg  # noqa: E402
+from _common import synchronize  # noqa: E402
 from ihsweep.training import loop  # noqa: E402
-from ihsweep.training.execution import pick_device, resolve_micro_batch  # noqa: E402
-from ihsweep.training.step import train_step  # noqa: E402
+from ihsweep.training.execution import pick_device  # noqa: E402
 from ihsweep.training.model import GPT, GPTConfig  # noqa: E402
+from ihsweep.training.progress import Progress  # noqa: E402
+from ihsweep.training.sampler import ChunkSampler  # noqa: E402
+from ihsweep.training.schedule import lr_at  # noqa: E402
 
-PAPER_CELLS = "8x64,32x256,256x1024"
-# --compare: the default study's models at its Markov cell (vocabulary 256) and its natural-text
-# middle cell (BPE vocabulary 2,048), trained with its training settings (config.yaml).
+# The default study's models at its Markov cell (vocabulary 256) and its natural-text middle
+# cell (BPE vocabulary 2,048), trained with its training settings (config.yaml).
 COMPARE_CELLS = "w64:8x32:256,w64:16x32:2048,w32:16x32:2048"
 DEFAULT_STUDY = Path(__file__).resolve().parents[1] / "config.yaml"
 
@@ -87,123 +70,6 @@ def default_study() -> dict:
     from ihsweep.config import load_configfiles
 
     return load_configfiles([DEFAULT_STUDY])
-
-
-def measured_peak_tflops(device: torch.device) -> float:
-    """Sustained matmul TFLOP/s: bf16 on CUDA (what autocast runs), fp32 on the CPU."""
-    n = 8192 if device.type == "cuda" else 1024
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    repeats = 20 if device.type == "cuda" else 5
-    for _ in range(2):
-        a @ b
-    synchronize(device)
-    start = time.perf_counter()
-    for _ in range(repeats):
-        a @ b
-    synchronize(device)
-    return 2 * n**3 * repeats / (time.perf_counter() - start) / 1e12
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def peak_memory_gb(device: torch.device) -> float:
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 1e9
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9  # the process's
-
-
-def time_cell(
-    cfg: GPTConfig, B: int, C: int, args, device: torch.device, peak: float, compiled=False
-) -> dict:
-    """One cell's step, eager or with ``execution.compile``'s compiled loss (``compiled``: the
-    warm-up steps compile it; their wall time is the row's ``warmup_seconds``)."""
-    torch.manual_seed(0)
-    if compiled:
-        torch._dynamo.reset()  # each cell compiles afresh, as a training job does
-    loss_fn = loop.compiled_loss() if compiled else loop.next_token_loss
-    model = GPT(cfg).to(device)
-    optim = torch.optim.AdamW(model.parameters(), lr=2.5e-4, fused=True)
-    autocast = (
-        torch.autocast("cuda", dtype=torch.bfloat16)
-        if device.type == "cuda"
-        else contextlib.nullcontext()
-    )
-    micro_batch = resolve_micro_batch(args.micro_batch, cfg, B, C, device, args.memory_mb)
-    passes = len(cost.micro_batch_sizes(B, micro_batch))
-    generator = torch.Generator().manual_seed(1)
-    batches = [
-        torch.randint(0, cfg.vocab_size, (B, C), generator=generator).to(device)
-        for _ in range(min(4, args.steps))
-    ]
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    start = time.perf_counter()
-    for i in range(args.warmup):
-        train_step(model, optim, batches[i % len(batches)], micro_batch, autocast, 1.0, loss_fn)
-    synchronize(device)
-    warmup_seconds = time.perf_counter() - start
-    start = time.perf_counter()
-    for i in range(args.steps):
-        train_step(model, optim, batches[i % len(batches)], micro_batch, autocast, 1.0, loss_fn)
-    synchronize(device)
-    seconds = (time.perf_counter() - start) / args.steps
-    fpt = cost.flops_per_token(cfg.to_dict(), cfg.vocab_size, C)
-    tokens_per_second = B * C / seconds
-    row = {
-        "batch_size": B,
-        "context_size": C,
-        "micro_batch": micro_batch,
-        "passes": passes,
-        "seconds_per_step": round(seconds, 6),
-        "tokens_per_second": round(tokens_per_second, 1),
-        "flops_per_token": fpt,
-        "mfu": round(tokens_per_second * fpt / (peak * 1e12), 4),
-        "peak_memory_gb": round(peak_memory_gb(device), 3),
-        "compiled": compiled,
-        "warmup_seconds": round(warmup_seconds, 2),
-        "estimated_memory_gb": round(
-            cost.peak_memory(cfg.to_dict(), cfg.vocab_size, micro_batch, C, device.type)["total"]
-            / 1e9,
-            3,
-        ),
-    }
-    del model, optim, batches
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    return row
-
-
-def fit_profile(cells: list[dict], peak: float, device: torch.device) -> dict:
-    """Least squares of seconds = passes * overhead + work / throughput over the cells."""
-    design = np.array([[c["passes"], c["batch_size"] * c["context_size"] * c["flops_per_token"]]
-                       for c in cells], dtype=float)  # fmt: skip
-    seconds = np.array([c["seconds_per_step"] for c in cells])
-    if len(cells) >= 2:
-        (overhead, inverse_throughput), *_ = np.linalg.lstsq(design, seconds, rcond=None)
-        overhead = max(float(overhead), 0.0)
-        if inverse_throughput <= 0:  # overhead alone explains it: use the largest cell
-            inverse_throughput = seconds[-1] / design[-1, 1]
-    else:  # one cell: no overhead can be told apart
-        overhead, inverse_throughput = 0.0, seconds[0] / design[0, 1]
-    throughput = 1 / float(inverse_throughput)  # FLOP/s sustained
-    memory = None
-    if device.type == "cuda":
-        memory = round(torch.cuda.get_device_properties(device).total_memory / 1e9, 1)
-    return {
-        "peak_tflops": round(peak, 2),
-        "mfu": round(throughput / (peak * 1e12), 4),
-        "step_overhead_ms": round(overhead * 1e3, 3),
-        "memory_gb": memory,
-    }
-
-
-# --------------------------------------------------------------------------------------------
-# --compare: the trainer against a minimal loop
 
 
 def compare_cells(text: str) -> list[dict]:
@@ -228,7 +94,7 @@ def write_random_chunks(root: Path, vocab: int, context: int, n_train: int, seed
 def study_spec(cell: dict, steps: int) -> dict:
     """The trainer's spec of a one-run study of ``cell``, ``steps`` updates, one checkpoint.
     (The trainer takes the vocabulary from the chunk folder; the dataset entry only validates.)"""
-    from ihsweep.config import prepare
+    from ihsweep.validate import prepare
 
     tokens = steps * cell["B"] * cell["C"]
     study_config = default_study()
@@ -333,7 +199,7 @@ def run_trainer(
     tick = Clock(clock, pick_device(device))
     marks: dict = {}
 
-    class Timed(loop.Progress):
+    class Timed(Progress):
         def __init__(self, seconds, step, *args, **kwargs):
             super().__init__(seconds, step, *args, **kwargs)
             self.turns = Turns(block, tick.device)
@@ -351,13 +217,18 @@ def run_trainer(
             self.turns.last()
             return super().line(step, *args)
 
+    # train() makes its Progress by the name in its own module: swap that one for the run.
     original, loop.Progress = loop.Progress, Timed
     # compile only when asked, so that the trainer of a commit before the setting runs too
-    compile_setting = {"compile": True} if compile else {}
+    settings: dict = {"compile": True} if compile else {}
+    if spec.get("early_stop") is not None:  # the train step's rule: it probes each checkpoint,
+        from ihsweep.early_stop import stop_rule_of  # here the last one, after the clock stops
+
+        settings["stop_rule"] = stop_rule_of(spec)
     try:
         with contextlib.redirect_stdout(io.StringIO()):
             execution = (device, threads, 10**9, "auto", 16000)  # one progress line
-            loop.train(spec, Path(data_dir), Path(run_dir), *execution, **compile_setting)
+            loop.train(spec, Path(data_dir), Path(run_dir), *execution, **settings)
     finally:
         loop.Progress = original
     from ihsweep.training.checkpoints import list_checkpoints
@@ -388,7 +259,7 @@ def run_minimal(
                             spec["seed"], spec["training"])  # fmt: skip
     data = open_chunks(data_dir, "train")
     # The trainer's order of chunks, drawn before the clock starts; each step reads its batch.
-    sampler = loop.ChunkSampler(np.arange(len(data))[:, None], B, seed)
+    sampler = ChunkSampler(np.arange(len(data))[:, None], B, seed)
     order = [sampler.batch(step)[:, 0].numpy() for step in range(steps)]
     torch.manual_seed(seed)
     cfg = GPTConfig(vocab_size=read_chunks_meta(data_dir)["vocab_size"], **spec["model_config"])
@@ -399,7 +270,7 @@ def run_minimal(
     turns = Turns(block, dev)
     marks, losses = {0: tick.marks()}, []
     for step in range(steps):
-        lr = loop.lr_at(step, steps, t["lr"], t["warmup_fraction"])
+        lr = lr_at(step, steps, t["lr"], t["warmup_fraction"])
         for group in optim.param_groups:
             group["lr"] = lr
         x = torch.from_numpy(data[order[step]].astype(np.int64)).to(dev)
@@ -594,101 +465,29 @@ def summarise(cell: dict, spec: dict, rows: dict, warmup: int, compiled: bool) -
     return record
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python bench/train_speed.py", description=__doc__,
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python bench/trainer_vs_minimal.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    p.add_argument("--device", help="cuda, cuda:N, cpu or auto (default: cuda; --compare: auto)")
+    p.add_argument("--device", help="cuda, cuda:N, cpu or auto (default: auto)")
     p.add_argument("--threads", type=int, default=1, help="torch threads on the CPU")
-    p.add_argument(
-        "--cells",
-        help=f"BxC,BxC,... (default: {PAPER_CELLS}); with --compare "
-        f"model:BxC:vocabulary,... (default: {COMPARE_CELLS})",
-    )
-    p.add_argument("--model", default="2,8,768,1", help="n_layer,n_head,d_model,mlp")
-    p.add_argument("--vocab", type=int, default=50257)
-    p.add_argument("--steps", type=int, default=20, help="timed steps per cell (not --compare)")
+    p.add_argument("--cells", help=f"model:BxC:vocabulary,... (default: {COMPARE_CELLS})")
     p.add_argument(
         "--warmup",
         type=int,
-        help="untimed steps per cell first (default: 3; "
-        "--compare: 5, the steps before the clock of the steady speed starts)",
+        help="the steps before the clock of the steady speed starts (default: 5)",
     )
-    p.add_argument("--micro-batch", default="auto", type=micro_batch_arg,
-                   help="a number, or auto (as in execution)")  # fmt: skip
-    p.add_argument("--memory-mb", type=int, default=16000, help="a CPU job's memory for auto")
+    p.add_argument("--quick", action="store_true", help="2 short rounds, under a minute")
+    p.add_argument("--out", type=Path, help="write the cells as JSON")
+    p.add_argument("--rounds", type=int, help="rounds (default 5; --quick 2)")
+    p.add_argument("--seconds", type=float, help="seconds per timed run (default 1.5; --quick 0.4)")
     p.add_argument(
-        "--quick",
-        action="store_true",
-        help="1 warm-up step: a smoke test (--compare: 2 short rounds, under a minute)",
+        "--compile", action="store_true", help="also the trainer with execution.compile: true"
     )
-    p.add_argument("--out", type=Path, help="write the profile and the cells as JSON")
-    p.add_argument(
-        "--compare", action="store_true", help="the trainer against a minimal loop (see above)"
-    )
-    p.add_argument("--rounds", type=int, help="--compare: rounds (default 5; --quick 2)")
-    p.add_argument(
-        "--seconds", type=float, help="--compare: seconds per timed run (default 1.5; --quick 0.4)"
-    )
-    p.add_argument(
-        "--compile",
-        action="store_true",
-        help="also time each cell with execution.compile's compiled loss (--compare: also the "
-        "trainer with execution.compile: true)",
-    )
-    args = p.parse_args(argv)
-    if args.compare:
-        return compare(args)
-    if args.quick:
-        args.warmup = 1
-    elif args.warmup is None:
-        args.warmup = 3
-    args.cells = args.cells or PAPER_CELLS
-    device = pick_device(args.device or "cuda")
-    if device.type == "cpu":
-        torch.set_num_threads(args.threads)
-        loop.keep_freed_memory()  # as a training job does
-    else:
-        torch.backends.cuda.matmul.allow_tf32 = True
-    n_layer, n_head, d_model, mlp = (int(v) for v in args.model.split(","))
-    cells = [tuple(int(v) for v in cell.split("x")) for cell in args.cells.split(",")]
-    peak = measured_peak_tflops(device)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor()
-    print(f"device {device} ({name or 'cpu'}), matmul peak {peak:.2f} TFLOP/s, torch "
-          f"{torch.__version__}, model {args.model} vocab {args.vocab}", flush=True)  # fmt: skip
-    rows, compiled_rows = [], []
-    for B, C in cells:
-        cfg = GPTConfig(vocab_size=args.vocab, n_ctx=max(C for _, C in cells), n_layer=n_layer,
-                        n_head=n_head, d_model=d_model, mlp=bool(mlp))  # fmt: skip
-        row = time_cell(cfg, B, C, args, device, peak)
-        rows.append(row)
-        print(
-            f"B {B:4d} C {C:5d} | micro-batch {row['micro_batch']:4d} x {row['passes']}"
-            f" | {row['seconds_per_step'] * 1e3:9.2f} ms/step | {row['tokens_per_second']:11,.0f}"
-            f" tok/s | MFU {row['mfu']:.3f} | peak {row['peak_memory_gb']:.2f} GB"
-            f" (estimate {row['estimated_memory_gb']:.2f})",
-            flush=True,
-        )
-        if args.compile:
-            compiled = time_cell(cfg, B, C, args, device, peak, compiled=True)
-            compiled_rows.append(compiled)
-            print(
-                f"{'compiled':>13s} | {compiled['seconds_per_step'] * 1e3:9.2f} ms/step"
-                f" | {compiled['tokens_per_second']:11,.0f} tok/s | MFU {compiled['mfu']:.3f}"
-                f" | {row['seconds_per_step'] / compiled['seconds_per_step']:.2f}x eager"
-                f" | {args.warmup} warm-up steps {compiled['warmup_seconds']:.1f} s",
-                flush=True,
-            )
-    # The profile is eager's: execution.compile is false unless a study sets it.
-    profile = fit_profile(rows, peak, device)
-    print("profile:", json.dumps(profile))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        record = {"profile": profile, "device": name, "torch": torch.__version__,
-                  "model": args.model, "vocab": args.vocab, "cells": rows,
-                  "compiled_cells": compiled_rows}  # fmt: skip
-        args.out.write_text(json.dumps(record, indent=1) + "\n")
-        print(f"wrote {args.out}: set execution.device_profile to this path")
-    return 0
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    return compare(parse_args(argv))
 
 
 if __name__ == "__main__":
