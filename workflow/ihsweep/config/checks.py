@@ -92,12 +92,11 @@ def add_configfile(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--configfile", nargs="+", default=[Path("config.yaml")], type=Path)
 
 
-def study_of_files(paths: list[Path], prepare=read_study) -> Study:
-    """The study of a tool's ``--configfile`` files (``prepare``: ``read_study``, or
-    ``ihsweep.validate.prepare`` for every check); a bad config exits with its one-line
-    message, as the Snakefile does."""
+def study_of_files(paths: list[Path]) -> Study:
+    """The study (``read_study``) of a reading tool's ``--configfile`` files; a bad config
+    exits with its one-line message, as the Snakefile does."""
     try:
-        return prepare(load_configfiles(paths))
+        return read_study(load_configfiles(paths))
     except ConfigError as err:
         sys.exit(f"config error: {err}")
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,7 +117,7 @@ class Job:
     device: torch.device
     micro_batch: int
     autocast: torch.autocast
-    update: object  # make_update's update(model, optim, batch) -> loss
+    update: Callable[[GPT, torch.optim.Optimizer, torch.Tensor], torch.Tensor]  # make_update's
 
     @classmethod
     def build(cls, spec, data_dir, device, threads, micro_batch, memory_mb, compile) -> Job:
@@ -163,7 +164,11 @@ class Trainer:
                  stop_rule: StopRule | None, stop_after_step: int | None):  # fmt: skip
         self.spec, self.run_dir, self.job = spec, Path(run_dir), job
         self.run_id, self.schedule = spec["run_id"], Schedule.of(spec)
+        self.fingerprint = spec_hash(spec)
         self.tokens_per_step = spec["batch_size"] * spec["context_size"]
+        cfg = job.model.cfg
+        self.flops_per_token = cost.flops_per_token(cfg.to_dict(), cfg.vocab_size,
+                                                    spec["context_size"])  # fmt: skip
         self.progress_seconds, self.stop_rule = progress_seconds, stop_rule
         self.stop_after_step = stop_after_step
         self.losses = LossLog(self.run_dir / LOSS_CSV, self.tokens_per_step)
@@ -224,7 +229,7 @@ class Trainer:
             return self.finish_diverged(*diverged)
         if line_due:
             line = self.progress.line(step, schedule.total_steps, self.tokens_per_step,
-                                      self.flops_per_token())  # fmt: skip
+                                      self.flops_per_token)  # fmt: skip
             print(f"[{self.run_id}] {line}", flush=True)
             self.record_progress("running", self.progress.tokens_per_second)
         if schedule.checkpoints(step):
@@ -251,7 +256,11 @@ class Trainer:
         return self.watch.check_finite(self.step - len(values) + 1, values)
 
     def window_loss(self) -> float:
-        return float(np.mean(self.recent[-self.spec["training"]["log_every"] :]))
+        return float(np.mean(self.window()))
+
+    def window(self) -> list[float]:
+        """The train losses of the current log window (its last ``log_every``)."""
+        return self.recent[-self.schedule.log_every :]
 
     def checkpoint_and_decide(self, interrupted: str | None) -> dict | None:
         """Save this step's checkpoint and state; the summary if the run ends here."""
@@ -260,7 +269,7 @@ class Trainer:
             self.save(self.window_loss(), with_checkpoint=True, saved_on=saved_on)
         except Diverged as err:
             return self.finish_diverged(err.step, err.why)
-        del self.recent[: -self.spec["training"]["log_every"]]
+        del self.recent[: -self.schedule.log_every]
         if reason := self.stops_early():
             print(f"[{self.run_id}] {reason}", flush=True)
             return self.finish("stopped_early", reason)
@@ -290,8 +299,8 @@ class Trainer:
         that the log of the run that resumes from it says so."""
         if with_checkpoint:
             self.losses.val(self.step, self.checkpoint(train_loss))
-        save_state(self.run_dir, self.spec, self.step, self.job.model, self.job.optim,
-                   self.recent, saved_on)  # fmt: skip
+        save_state(self.run_dir, self.fingerprint, self.step, self.job.model, self.job.optim,
+                   self.window(), saved_on)  # fmt: skip
 
     def stops_early(self) -> str | None:
         """Why the run stops at this checkpoint before its budget (None: it goes on). The rule
@@ -359,14 +368,10 @@ class Trainer:
             "tokens_per_second_this_session": round(trained * tokens_per_step / elapsed, 1)
             if trained > 0
             else None,
-            "spec_hash": spec_hash(spec),
+            "spec_hash": self.fingerprint,
             "spec": spec,
         }
 
     def record_progress(self, state: str, tokens_per_second: float | None, **extra) -> None:
         write_progress(self.run_dir, state, self.step, self.schedule.total_steps,
                        self.tokens_per_step, tokens_per_second, **extra)  # fmt: skip
-
-    def flops_per_token(self) -> float:
-        cfg = self.job.model.cfg
-        return cost.flops_per_token(cfg.to_dict(), cfg.vocab_size, self.spec["context_size"])

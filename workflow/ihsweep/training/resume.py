@@ -98,15 +98,15 @@ def discard_run_files(run_dir: Path) -> None:
     (Path(run_dir) / LOSS_CSV).unlink(missing_ok=True)
 
 
-def save_state(run_dir: Path, spec: dict, step: int, model, optim, recent: list[float],
+def save_state(run_dir: Path, fingerprint: str, step: int, model, optim, window: list[float],
                saved_on: str) -> None:  # fmt: skip
-    """Save the run's resume state after ``step`` updates (``saved_on``: why)."""
-    window = recent[-spec["training"]["log_every"] :]
+    """Save the run's resume state after ``step`` updates (``fingerprint``: its ``spec_hash``;
+    ``window``: the train losses of the current log window; ``saved_on``: why)."""
     save_resume_state(
         run_dir,
         {
             "step": step,
-            "spec_hash": spec_hash(spec),
+            "spec_hash": fingerprint,
             "model": model.state_dict(),
             "optim": optim.state_dict(),
             "rng_cpu": torch.get_rng_state(),
