@@ -1,11 +1,12 @@
-"""Code shared by bench/device_profile.py and bench/trainer_vs_minimal.py (no tool of its own)."""
+"""Code shared by the benchmarks (no tool of its own). It imports no torch at import time:
+bench/gpu_plan.py's parent process stays without it."""
 
 from __future__ import annotations
 
-import torch
 
-
-def synchronize(device: torch.device) -> None:
+def synchronize(device) -> None:
     """Wait for the device's queued work (CUDA); the CPU has none to wait for."""
+    import torch
+
     if device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -57,6 +57,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parents[1] / "workflow"))
 
+from _common import synchronize  # noqa: E402  (bench/, the script's own folder)
+
 PAPER_STUDY = HERE.parents[1] / "workflow" / "studies" / "paper.yaml"
 RESULTS = HERE.parent / "results"
 VARIANTS = ("eager", "compiled", "padded", "padded-compiled")
@@ -151,13 +153,6 @@ def autocast_for(device):
     if device.type == "cuda":
         return torch.autocast("cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext()
-
-
-def synchronize(device) -> None:
-    import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def worker_device(plan: dict):
