@@ -19,6 +19,7 @@ import pytest
 import yaml
 from conftest import REPO, job_stats, run_study, snakemake, study_text
 from ihsweep import layout
+from ihsweep.config import StudyPaths
 from ihsweep.validate import prepare
 
 # The aggregates of the test studies, which keep the schema's default name (`study`).
@@ -49,12 +50,13 @@ def test_every_job_ran_once_and_the_diverged_run_did_not_stop_the_sweep(study):
 
 def test_the_diverged_run_is_named_with_its_step_and_learning_rate(study):
     workdir, prepared, _, _ = study
+    paths = StudyPaths(prepared)
     (run,) = [r for r in prepared.runs if r.id == DIVERGED]
-    log = (workdir / layout.log("train", run.id)).read_text()
+    log = (workdir / paths.run_log("train", run)).read_text()
     assert re.search(rf"\[{re.escape(DIVERGED)}\] diverged: train loss nan at step \d+ \(lr ", log)
-    record = json.loads((workdir / layout.run_file(layout.RUN_JSON, run)).read_text())
+    record = json.loads((workdir / paths.run_file(layout.RUN_JSON, run)).read_text())
     assert record["outcome"] == "diverged" and record["steps"] < record["total_steps"]
-    model = pd.read_parquet(workdir / layout.probe_table("model", run))
+    model = pd.read_parquet(workdir / paths.probe_table("model", run))
     assert (model["outcome"] == "diverged").all()
 
 
@@ -75,10 +77,11 @@ def test_tables_law_fit_and_report_list_the_diverged_run(study):
 
 def test_training_probed_every_checkpoint_so_the_probe_step_probed_none(study):
     workdir, prepared, _, _ = study
+    paths = StudyPaths(prepared)
     for run in prepared.runs:
-        train_log = (workdir / layout.log("train", run.id)).read_text()
-        probe_log = (workdir / layout.log("probe", run.id)).read_text()
-        n_ckpt = len(json.loads((workdir / layout.run_file(layout.RUN_JSON, run)).read_text())[
+        train_log = (workdir / paths.run_log("train", run)).read_text()
+        probe_log = (workdir / paths.run_log("probe", run)).read_text()
+        n_ckpt = len(json.loads((workdir / paths.run_file(layout.RUN_JSON, run)).read_text())[
             "checkpoints"
         ])  # fmt: skip
         assert len(re.findall(r"^probed step \d+", train_log, re.MULTILINE)) == n_ckpt, run.id

@@ -637,10 +637,11 @@ def test_step_conversion_edges():
 def test_run_id_and_dir_round_trip_through_wildcards():
     run = Run(data="kjv-copy", model="tiny", batch_size=16, context_size=64, seed=3)
     assert run.id == "kjv-copy/tiny/B16-C64-s3"
-    assert layout.run_dir(run) == "results/runs/kjv-copy/tiny/B16-C64-s3"
-    assert layout.run_dir().format(data="kjv-copy", model="tiny", batch=16, ctx=64, seed=3) == (
-        layout.run_dir(run)
+    assert layout.run_dir(run, "0123abcd") == "results/runs/kjv-copy/tiny/B16-C64-s3-0123abcd"
+    pattern = layout.run_dir().format(
+        data="kjv-copy", model="tiny", batch=16, ctx=64, seed=3, rkey="0123abcd"
     )
+    assert pattern == layout.run_dir(run, "0123abcd")
     wildcards = {"data": "kjv-copy", "model": "tiny", "batch": "16", "ctx": "64", "seed": "3"}
     assert Run.from_wildcards(wildcards) == run
     assert Run.from_wildcards(SimpleNamespace(**wildcards)) == run
@@ -773,7 +774,16 @@ class SpecSeen(Exception):
 AGGREGATE_COMMANDS = {
     "run_figure": ["--probes", "probes", "--out", "figures/run"],
     "aggregate_natural": ["--model-tables", "model.parquet", "--out-dir", "natural"],
-    "aggregate_markov": ["--model-tables", "model.parquet", "--datasets", "{}", "--out-dir", "m"],
+    "aggregate_markov": [
+        "--model-tables",
+        "model.parquet",
+        "--chunk-metas",
+        "chunks.json",
+        "--datasets",
+        "{}",
+        "--out-dir",
+        "m",
+    ],  # fmt: skip
 }
 
 

@@ -50,14 +50,15 @@ def probe_rows(data: str, rise: bool, midpoint: float = 6.0) -> list[dict]:
 
 def chunks_meta(f: float, r: float) -> dict:
     measured = {"f": f + 0.001, "r": r - 0.002, "first_half_repeats": 0, "entropy_rate_bits": 3.0}
-    return {"measured": {"train": measured}}
+    return {"context": 32, "measured": {"train": measured}}
 
 
-def write_chunks(root, data: str, f: float, r: float) -> None:
-    """The run's chunk sidecar where the step looks for it: layout.chunk_dir below ``root``."""
-    folder = root / layout.chunk_dir(data, 32)
+def write_chunks(root, data: str, f: float, r: float) -> str:
+    """The run's chunk sidecar in its keyed folder (layout.chunk_dir) below ``root``."""
+    folder = root / layout.chunk_dir(data, layout.settings_key(data), 32)
     folder.mkdir(parents=True)
     (folder / "chunks.json").write_text(json.dumps(chunks_meta(f, r)))
+    return str(folder / "chunks.json")
 
 
 def markov_entry(chain: dict, f: float, r: float, grid: str) -> dict:
@@ -69,27 +70,25 @@ def markov_entry(chain: dict, f: float, r: float, grid: str) -> dict:
 @pytest.fixture(scope="module")
 def outputs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("markov_aggregate")
-    datasets, rows = {}, []
+    datasets, rows, metas = {}, [], []
     for f in GRID:
         for r in GRID:
             name = f"semi-f{f:g}-r{r:g}"
             datasets[name] = markov_entry(BIGRAM, f, r, "semi")
             rows += probe_rows(name, emerges(f, r))
-            write_chunks(tmp, name, f, r)
+            metas.append(write_chunks(tmp, name, f, r))
     for name, dependency in (("plus", True), ("minus", False)):
         chain = {"kind": "synthetic", "vocab_size": 64, "dependency": dependency}
         datasets[name] = markov_entry(complete("chain", chain), 0.9, 0.9, name)
         rows += probe_rows(name, dependency, midpoint=5.5)
-        write_chunks(tmp, name, 0.9, 0.9)
+        metas.append(write_chunks(tmp, name, 0.9, 0.9))
     assert datasets["plus"]["chain"]["marginal"] == "zipfian"  # the schema's default marginal
     table = tmp / "model.parquet"
     pd.DataFrame(rows).to_parquet(table)
     argv = ["--model-tables", str(table), "--datasets", json.dumps(datasets)]
-    argv += ["--out-dir", str(tmp / "out")]
+    argv += ["--chunk-metas", *metas, "--out-dir", str(tmp / "out")]
     argv += ["--emergence", json.dumps({"metric": "ps_max", "method": "sigmoid", "min_rise": 0.05})]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(tmp)  # the step reads each run's chunks.json relative to the working directory
-        assert main(argv) == 0
+    assert main(argv) == 0
     return tmp / "out"
 
 
@@ -217,13 +216,13 @@ def test_frontier_figure_marks_cells_whose_runs_diverged(monkeypatch):
 def test_a_run_diverged_before_its_first_checkpoint_is_listed_as_diverged(tmp_path):
     """Four bigram cells, one of whose runs diverged at once: its model table is a single row at
     0 tokens with NaN metrics. The step must list it as diverged and draw every figure."""
-    datasets, rows = {}, []
+    datasets, rows, metas = {}, [], []
     for f in (0.1, 0.9):
         for r in (0.1, 0.9):
             name = f"semi-f{f:g}-r{r:g}"
             datasets[name] = markov_entry(BIGRAM, f, r, "semi")
             rows += probe_rows(name, emerges(f, r))
-            write_chunks(tmp_path, name, f, r)
+            metas.append(write_chunks(tmp_path, name, f, r))
     table = pd.DataFrame(rows).assign(outcome="completed", outcome_detail="", budget=TOKENS[-1],
                                       predicted_tokens=np.nan)  # fmt: skip
     lone = table["data"] == "semi-f0.1-r0.9"
@@ -232,10 +231,9 @@ def test_a_run_diverged_before_its_first_checkpoint_is_listed_as_diverged(tmp_pa
                                         outcome_detail="train loss nan at step 1")  # fmt: skip
     pd.concat([table[~lone], first]).to_parquet(tmp_path / "model.parquet")
     argv = ["--model-tables", str(tmp_path / "model.parquet"), "--datasets", json.dumps(datasets)]
+    argv += ["--chunk-metas", *metas]
     argv += ["--out-dir", str(tmp_path / "out"), "--emergence", json.dumps({"min_rise": 0.05})]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.chdir(tmp_path)
-        assert main(argv) == 0
+    assert main(argv) == 0
     runs = pd.read_csv(tmp_path / "out/emergence.csv").set_index("data")
     assert runs.loc["semi-f0.1-r0.9", "outcome"] == "diverged"
     assert not runs.loc["semi-f0.1-r0.9", "emerged"]

@@ -18,6 +18,7 @@ import pytest
 import yaml
 from conftest import job_stats, run_study, snakemake, study_text
 from ihsweep import layout
+from ihsweep.config import StudyPaths
 from ihsweep.validate import prepare
 
 # The aggregates of the test studies, which keep the schema's default name (`study`).
@@ -34,11 +35,11 @@ def study(tmp_path_factory) -> SimpleNamespace:
     workdir = tmp_path_factory.mktemp("markov")
     first = run_study(workdir, CONFIG)
     prepared = prepare(yaml.safe_load(CONFIG))
-    return SimpleNamespace(dir=workdir, study=prepared, first=first)
+    return SimpleNamespace(dir=workdir, study=prepared, paths=StudyPaths(prepared), first=first)
 
 
 def chunks_meta(study, data: str, ctx: int) -> dict:
-    return json.loads((study.dir / layout.chunk_dir(data, ctx) / "chunks.json").read_text())
+    return json.loads((study.dir / study.paths.chunk_dir(data, ctx) / "chunks.json").read_text())
 
 
 def test_jobs(study):
@@ -72,30 +73,34 @@ def test_chunks_measure_the_request(study, data, ctx):
         assert abs(m["r"] - spec["reliability"]) < TOLERANCE, (split, m)
         assert m["first_half_repeats"] == 0
         assert m["entropy_rate_bits"] > 0
-        size = (study.dir / layout.chunk_dir(data, ctx) / meta["files"][split]["chunks"]).stat()
+        chunks = study.dir / study.paths.chunk_dir(data, ctx) / meta["files"][split]["chunks"]
+        size = chunks.stat()
         assert size.st_size == meta[f"n_{split}"] * ctx * 2  # uint16
 
 
 def test_chains(study):
-    syn = json.loads((study.dir / layout.chain_dir("syn") / "chain.json").read_text())
-    semi = json.loads((study.dir / layout.chain_dir("semi") / "chain.json").read_text())
+    syn = json.loads((study.dir / study.paths.chain_dir("syn") / "chain.json").read_text())
+    semi = json.loads((study.dir / study.paths.chain_dir("semi") / "chain.json").read_text())
     assert (syn["kind"], syn["vocab_size"]) == ("synthetic", 64)
     assert (semi["kind"], semi["vocab_size"]) == ("bigram", 64)
     assert semi["spec"]["vocab_cap"] == 64
-    chains = (study.dir / layout.chain_dir("syn")).parent
-    assert sorted(p.name for p in chains.iterdir()) == ["semi", "syn"]
+    chains = (study.dir / study.paths.chain_dir("syn")).parent
+    assert sorted(p.name for p in chains.iterdir()) == sorted(
+        study.paths.chain_folder(grid) for grid in ("semi", "syn")
+    )
     for grid in ("syn", "semi"):
-        assert all((study.dir / layout.chain_dir(grid) / f).is_file() for f in layout.CHAIN_FILES)
+        folder = study.dir / study.paths.chain_dir(grid)
+        assert all((folder / f).is_file() for f in layout.CHAIN_FILES)
 
 
 def test_runs_have_probe_tables(study):
     runs = study.study.runs
     assert len(runs) == 4
     for run in runs:
-        table = pd.read_parquet(study.dir / layout.probe_table("model", run))
+        table = pd.read_parquet(study.dir / study.paths.probe_table("model", run))
         assert len(table) == 3 and set(table["data"]) == {run.data}
-        assert (study.dir / layout.probe_table("heads", run)).is_file()
-        assert all((study.dir / f).is_file() for f in layout.run_figures(run)), run.id
+        assert (study.dir / study.paths.probe_table("heads", run)).is_file()
+        assert all((study.dir / f).is_file() for f in study.paths.run_figures(run)), run.id
 
 
 def test_unreachable_frequency_is_a_config_error(tmp_path: Path):

@@ -29,9 +29,10 @@ from browser import CHROMIUM, Chromium
 from conftest import job_stats, run_study, snakemake, study_text
 from ihsweep import layout
 from ihsweep.analysis.lawfit import QUANTITIES
-from ihsweep.config import Run
+from ihsweep.config import Run, StudyPaths
 from ihsweep.provenance import code_sha256
 from ihsweep.report import findings
+from ihsweep.validate import prepare
 
 # The aggregates of the test studies, which keep the schema's default name (`study`).
 NATURAL = layout.natural_dir("default")
@@ -44,11 +45,12 @@ FOLDERS = [NATURAL, MARKOV]
 FIGURE_DIRS = [f"{folder}/figures" for folder in FOLDERS]
 RUNS = [Run("kjv", "tiny", 4, 16, 0), Run("kjv", "tiny", 8, 16, 0)]
 MARKOV_RUNS = [Run("semi-f0.3-r0.5", "tiny", 8, 32, 0), Run("semi-f0.5-r0.5", "tiny", 8, 32, 0)]
+PATHS = StudyPaths(prepare(yaml.safe_load(CONFIG)))
 
 
 def run_figure_dir(run: Run) -> str:
     """A run's figures/ folder: its figure files and their provenance record."""
-    return str(Path(layout.run_figures(run)[0]).parent)
+    return str(Path(PATHS.run_figures(run)[0]).parent)
 
 
 # Every result in the report: figures (None), and tables with their number of rows.
@@ -56,7 +58,7 @@ RESULTS = {
     **{f: None for f in layout.figure_files(layout.NATURAL_FIGURES, NATURAL)[::2]},
     **{f: None for f in layout.figure_files(["frontier-semi-tiny-B8-C32"], MARKOV)[::2]},
     **{f: None for f in layout.figure_files(["generator"], MARKOV)[::2]},
-    **{layout.run_figures(run)[0]: None for run in RUNS + MARKOV_RUNS},
+    **{PATHS.run_figures(run)[0]: None for run in RUNS + MARKOV_RUNS},
     layout.aggregate_file("emergence.html", NATURAL): len(RUNS),
     layout.aggregate_file("lawfit.html", NATURAL): len(QUANTITIES),  # one row each
     layout.aggregate_file("emergence.html", MARKOV): len(MARKOV_RUNS),
@@ -119,11 +121,12 @@ def test_every_output_folder_records_its_provenance(study):
 
 
 def test_a_study_that_adds_a_run_redraws_only_that_runs_figure(study):
-    # cpu-full after the default study: another config file whose runs include every earlier
-    # run with the same spec. The aggregates are redone; no earlier run's figure is.
+    # cpu-full after the default study: another study whose runs include every earlier run
+    # with the same spec. Its aggregates are made; no earlier run's figure is redrawn.
     runs = yaml.safe_load(CONFIG)["runs"]
     more = study.dir / "more-seeds.yaml"
-    more.write_text(yaml.safe_dump({"runs": [*runs, {**runs[0], "batch_size": 4, "seed": 1}]}))
+    added = [*runs, {**runs[0], "batch_size": 4, "seed": 1}]
+    more.write_text(yaml.safe_dump({"study": "more-seeds", "runs": added}))
     planned = snakemake(study.dir, "-n", configfiles=(more,))
     assert planned.rc == 0, planned.out[-4000:]
     stats = job_stats(planned.out)

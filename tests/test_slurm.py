@@ -32,9 +32,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+import yaml
 from conftest import REPO, job_stats, study_text
 from ihsweep import layout
-from ihsweep.config import Run
+from ihsweep.config import Run, StudyPaths
 from ihsweep.training.checkpoints import list_checkpoints
 from ihsweep.training.weights import load_weights
 from slurm_cluster import LocalSlurm, missing_requirements
@@ -115,12 +116,19 @@ def run_at(ctx: int) -> Run:
     return Run("kjv", "tiny", 8, ctx, 0)
 
 
+def paths_of(workdir: Path) -> StudyPaths:
+    """The keyed paths of the study in ``workdir``'s config.yaml."""
+    from ihsweep.validate import prepare
+
+    return StudyPaths(prepare(yaml.safe_load((workdir / "config.yaml").read_text())))
+
+
 def run_dir(workdir: Path, ctx: int) -> Path:
-    return workdir / layout.run_dir(run_at(ctx))
+    return workdir / paths_of(workdir).run_dir(run_at(ctx))
 
 
 def train_log(workdir: Path, ctx: int) -> str:
-    path = workdir / layout.log("train", run_at(ctx).id)
+    path = workdir / paths_of(workdir).run_log("train", run_at(ctx))
     return path.read_text() if path.exists() else ""
 
 
@@ -238,7 +246,8 @@ def test_scancel_mid_training_resumes_from_saved_state(cluster, tmp_path, scance
     subprocess.run(
         [
             sys.executable, "-m", "ihsweep.steps.train", "--spec", json.dumps(spec),
-            "--data-dir", str(workdir / layout.chunk_dir("kjv", 32)), "--run-dir", str(reference),
+            "--data-dir", str(workdir / paths_of(workdir).chunk_dir("kjv", 32)),
+            "--run-dir", str(reference),
             "--device", "cpu", "--threads", "1",
         ],
         check=True, capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO / "workflow")},
@@ -253,7 +262,8 @@ def test_killed_driver_and_job_recover_as_documented(cluster, tmp_path):
 
     def one_done_other_training():
         for done, other in ((16, 32), (32, 16)):
-            job = running_train_job(cluster, f"_{other}_0")
+            key = paths_of(workdir).run_key(run_at(other))
+            job = running_train_job(cluster, f"_{other}_0_{key}")
             if run_json[done].exists() and job and latest_step(train_log(workdir, other)) >= 1000:
                 return done, other, job
         return None

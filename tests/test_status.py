@@ -18,7 +18,7 @@ import pytest
 import yaml
 from conftest import SCHEMA
 from ihsweep import layout
-from ihsweep.config import Run
+from ihsweep.config import Run, StudyPaths
 from ihsweep.status import main, run_state, status_table, totals
 from ihsweep.training.progress import read_progress, write_progress
 from ihsweep.validate import prepare
@@ -36,6 +36,7 @@ checkpoints: {tokens: [320000, 640000]}
 """
 BATCHES = (1, 2, 4, 8, 16, 32, 64)
 BUDGET = 640000
+PATHS = StudyPaths(prepare(yaml.safe_load(CONFIG), SCHEMA))
 ERROR = "FileNotFoundError: [Errno 2] No such file or directory: 'chunks.json'"
 
 
@@ -54,7 +55,7 @@ def write_run(
     written by ``write_progress``, its ``updated`` set ``age`` seconds into the past;
     ``run_json``: the run.json written when ``done`` ({} when not given)."""
     run = run_of(batch)
-    run_dir = root / layout.run_dir(run)
+    run_dir = root / PATHS.run_dir(run)
     tokens_per_step = batch * 10
     if progress is not None:
         state, tokens, extra = progress
@@ -73,10 +74,10 @@ def write_run(
         )
         (run_dir / "ckpt" / f"step_{step:06d}.safetensors").write_bytes(b"")  # not read
     if done:
-        (root / layout.run_file(layout.RUN_JSON, run)).write_text(json.dumps(run_json or {}))
+        (root / PATHS.run_file(layout.RUN_JSON, run)).write_text(json.dumps(run_json or {}))
     if probed:
         for table in layout.PROBE_TABLES:
-            path = root / layout.probe_table(table, run)
+            path = root / PATHS.probe_table(table, run)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(b"")
 
@@ -116,7 +117,9 @@ def test_states_tokens_emergence_and_prediction(study, tmp_path):
     assert table.loc[run_id(64), "tokens"] == 0
     assert table.loc[run_id(16), "error"] == ERROR  # why it failed, from progress.json
     silent = table.loc[run_id(32), "error"]  # said running, then nothing for 15 minutes
-    assert silent == f"no progress for 15 min (killed?); see results/logs/train/{run_id(32)}.log"
+    log = PATHS.run_log("train", run_of(32))
+    assert log == PATHS.run_dir(run_of(32)).replace("results/runs/", "results/logs/train/") + ".log"
+    assert silent == f"no progress for 15 min (killed?); see {log}"
     errors = {b: table.loc[run_id(b), "error"] for b in BATCHES if b not in (16, 32)}
     assert all(pd.isna(e) for e in errors.values()), errors  # only failed runs have a reason
     assert table.loc[run_id(1), "emerged"] is True and table.loc[run_id(1), "tokens_pt"] == 5000
@@ -140,18 +143,22 @@ def test_run_state_from_progress_records(tmp_path):
     run = run_of(4)
     now = 1_000_000.0
     running = {"state": "running", "updated": now - 299.0}
-    assert run_state(tmp_path, run, running, 5.0, now) == "running"
-    assert run_state(tmp_path, run, {**running, "updated": now - 300.0}, 5.0, now) == "failed"
-    for state in ("interrupted", "failed", "done"):  # as recorded, however old
-        assert run_state(tmp_path, run, {"state": state, "updated": 0.0}, 5.0, now) == state
-    assert run_state(tmp_path, run, {}, 5.0, now) == "missing"
+
+    def state(progress: dict) -> str:
+        return run_state(tmp_path, PATHS, run, progress, 5.0, now)
+
+    assert state(running) == "running"
+    assert state({**running, "updated": now - 300.0}) == "failed"
+    for recorded in ("interrupted", "failed", "done"):  # as recorded, however old
+        assert state({"state": recorded, "updated": 0.0}) == recorded
+    assert run_state(tmp_path, PATHS, run, {}, 5.0, now) == "missing"
     # run.json marks a run trained whatever progress.json says; the probe tables, done.
     write_run(tmp_path, 4, done=True, progress=("running", 210000, {}), age=3600)
-    progress = read_progress(tmp_path / layout.run_dir(run))
+    progress = read_progress(tmp_path / PATHS.run_dir(run))
     assert progress["state"] == "running"
-    assert run_state(tmp_path, run, progress, 5.0, time.time()) == "trained"
+    assert run_state(tmp_path, PATHS, run, progress, 5.0, time.time()) == "trained"
     write_run(tmp_path, 4, probed=True)
-    assert run_state(tmp_path, run, progress, 5.0, time.time()) == "done"
+    assert run_state(tmp_path, PATHS, run, progress, 5.0, time.time()) == "done"
 
 
 def test_damaged_progress_record_reads_as_none(tmp_path):
@@ -191,7 +198,7 @@ def ended(study, tmp_path):
     write_run(tmp_path, 1, run_json=record(1, BUDGET, "completed", predicted=5500.0), **done,
               probed=True)  # fmt: skip
     # Stopped early at its first checkpoint: the run's folder as it left it, not the fixture's.
-    shutil.rmtree(tmp_path / layout.run_dir(run_of(2)))
+    shutil.rmtree(tmp_path / PATHS.run_dir(run_of(2)))
     stopped = record(2, 320000, "stopped_early", "emergence confirmed", predicted=9000.0)
     progress = ("done", 320000, {"outcome": "stopped_early"})
     write_run(tmp_path, 2, run_json=stopped, progress=progress, ckpt=320000, done=True)

@@ -33,9 +33,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import REPO, SCHEMA, write_chunks
-from ihsweep import cost
+from ihsweep import cost, layout
 from ihsweep.analysis.emergence import run_point
-from ihsweep.config import complete
+from ihsweep.config import complete, probe_key
 from ihsweep.data.chunks import open_chunks
 from ihsweep.layout import PROGRESS_JSON
 from ihsweep.probing.run import probe_run
@@ -425,9 +425,11 @@ def test_probe_run_memo_probes_each_checkpoint_once(tmp_path, data_dir, capsys):
     memo = {}
     first = probe_run(run_dir, probe, cpu, memo=memo)
     assert len(memo) == 3 and capsys.readouterr().out.count("probed step") == 3
-    shutil.rmtree(run_dir / "probes" / "cache")
+    cache = Path(layout.probe_dir(run_dir, probe_key(probe))) / "cache"
+    assert len(list(cache.glob("step_*.parquet"))) == 3  # beside the tables of these settings
+    shutil.rmtree(cache)
     second = probe_run(run_dir, probe, cpu, memo=memo)
-    assert not (run_dir / "probes" / "cache").exists()
+    assert not cache.exists()
     assert "probed step" not in capsys.readouterr().out
     fresh = probe_run(run_dir, probe, cpu)
     assert capsys.readouterr().out.count("probed step") == 3

@@ -24,6 +24,8 @@ import torch
 import yaml
 from conftest import REPO, job_stats, logs_of, mtimes, run_study, snakemake, study_text
 from ihsweep import layout
+from ihsweep.config import StudyPaths
+from ihsweep.provenance import STUDY_JSON
 from ihsweep.training.checkpoints import read_checkpoint
 from ihsweep.training.model import GPT, GPTConfig
 from ihsweep.training.weights import load_checkpoint_weights
@@ -67,9 +69,10 @@ def study(tmp_path_factory) -> SimpleNamespace:
     second = snakemake(workdir)
     after = mtimes(workdir / layout.RESULTS)
 
-    override = workdir / "min_rise.yaml"
-    override.write_text("emergence: {min_rise: 0.2}\n")
-    min_rise_file = snakemake(workdir, "-n", configfiles=(override,))
+    # The same study, edited in its file (as a patch file it would be another study).
+    (workdir / "config.yaml").write_text(CONFIG + "emergence: {min_rise: 0.2}\n")
+    min_rise_file = snakemake(workdir, "-n")
+    (workdir / "config.yaml").write_text(CONFIG)
     execution = workdir / "execution.yaml"
     execution.write_text(EXECUTION)
     execution_file = snakemake(workdir, "-n", *OVERRIDES, configfiles=(execution,))
@@ -102,6 +105,7 @@ def study(tmp_path_factory) -> SimpleNamespace:
     return SimpleNamespace(
         dir=workdir,
         study=prepared,
+        paths=StudyPaths(prepared),
         first=first,
         second=second,
         mtimes_before=before,
@@ -142,11 +146,11 @@ def refactor_commands(checkout: Path) -> None:
 
 def run_path(study, run, name: str) -> Path:
     """A file of a run's folder, in the study's folder."""
-    return study.dir / layout.run_file(name, run)
+    return study.dir / study.paths.run_file(name, run)
 
 
 def read_table(study, run, name: str) -> pd.DataFrame:
-    return pd.read_parquet(study.dir / layout.probe_table(name, run))
+    return pd.read_parquet(study.dir / study.paths.probe_table(name, run))
 
 
 # --------------------------------------------------------------------------------------------
@@ -172,8 +176,9 @@ def test_every_expected_output_exists(study):
     expected = layout.natural_outputs(NATURAL)
     assert {f"{NATURAL}/emergence.csv", f"{NATURAL}/lawfit.json", *FIGURES} <= set(expected)
     for run in study.study.runs:
-        expected += [layout.run_file(layout.RUN_JSON, run), *layout.run_figures(run)]
-        expected += [layout.probe_table(name, run) for name in layout.PROBE_TABLES]
+        paths = study.paths
+        expected += [paths.run_file(layout.RUN_JSON, run), *paths.run_figures(run)]
+        expected += [paths.probe_table(name, run) for name in layout.PROBE_TABLES]
     missing = [path for path in expected if not (root / path).is_file()]
     assert not missing, missing
     for path in FIGURES:
@@ -269,7 +274,7 @@ def test_second_invocation_has_nothing_to_do(study):
     assert study.mtimes_after == study.mtimes_before
 
 
-def test_changing_min_rise_in_a_configfile_reruns_only_aggregates_and_figures(study):
+def test_changing_min_rise_reruns_only_aggregates_and_figures(study):
     run = study.min_rise_file
     assert run.rc == 0, run.out[-3000:]
     n_runs = len(study.study.runs)
@@ -324,6 +329,7 @@ def test_a_second_study_shares_the_runs_and_keeps_its_own_aggregates(study):
     }
     grid = layout.natural_dir("grid")
     own = {str(Path(layout.log("aggregate", "grid/natural")).relative_to(layout.RESULTS))}
+    own.add(str(Path(layout.study_dir("grid"), STUDY_JSON).relative_to(layout.RESULTS)))
     own |= {str(Path(p).relative_to(layout.RESULTS)) for p in layout.natural_outputs(grid)}
     assert changed == own
     assert len(pd.read_csv(study.dir / grid / "emergence.csv")) == 4
@@ -343,12 +349,12 @@ def test_runs_record_their_progress(study):
 def test_export_target_gives_a_folder_transformers_loads_with_our_logits(study):
     transformers = pytest.importorskip("transformers")
     run = next(r for r in study.study.runs if r.model == "tiny")
-    target = layout.export_dir(run)
+    target = study.paths.export_dir(run)
     result = snakemake(study.dir, target)
     assert result.rc == 0, result.out[-3000:] + logs_of(study.dir)
     assert job_stats(result.out) == {"export": 1}
     hf = transformers.AutoModelForCausalLM.from_pretrained(study.dir / target).eval()
-    meta = read_checkpoint(sorted((study.dir / layout.run_dir(run) / "ckpt").glob("*.json"))[-1])
+    meta = read_checkpoint(sorted(run_path(study, run, "ckpt").glob("*.json"))[-1])
     ours = GPT(GPTConfig(**meta["model_config"]))
     ours.load_state_dict(load_checkpoint_weights(meta))
     tokens = torch.randint(0, ours.cfg.vocab_size, (2, run.context_size))
@@ -360,8 +366,8 @@ def test_export_target_gives_a_folder_transformers_loads_with_our_logits(study):
 def test_deleted_probe_tables_come_back_from_the_cache(study):
     """Runs last: it rewrites one run's probe tables (the same content, new mtimes)."""
     run = next(r for r in study.study.runs if r.model == "tiny" and r.batch_size == 8)
-    probes = run_path(study, run, "probes")
-    log = study.dir / layout.log("probe", run.id)
+    probes = (study.dir / study.paths.probe_table("heads", run)).parent
+    log = study.dir / study.paths.run_log("probe", run)
     n_ckpt = len(study.study.checkpoint_steps(run))
     assert len(re.findall(r"^probed step \d+", log.read_text(), re.MULTILINE)) == n_ckpt
     cache = {p.name: p.stat().st_mtime_ns for p in (probes / "cache").glob("*.parquet")}
@@ -370,7 +376,7 @@ def test_deleted_probe_tables_come_back_from_the_cache(study):
     for name in tables:
         (probes / f"{name}.parquet").unlink()
 
-    targets = [layout.probe_table(name, run) for name in tables]
+    targets = [study.paths.probe_table(name, run) for name in tables]
     rerun = snakemake(study.dir, *targets)
     assert rerun.rc == 0, rerun.out[-3000:] + logs_of(study.dir)
     assert job_stats(rerun.out) == {"probe": 1}

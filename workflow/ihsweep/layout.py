@@ -3,17 +3,25 @@
 The rules (workflow/rules/*.smk), the steps (``ihsweep.steps``), ``ihsweep.status`` and the tests
 build paths with these functions. Called with no arguments, a function returns the path as a
 Snakemake pattern over the rules' wildcards (``{data}``, ``{model}``, ``{batch}``, ``{ctx}``,
-``{seed}``, ``{grid}``, ``{suite}``); called with values, the concrete path::
+``{seed}``, ``{grid}``, ``{suite}`` and the keys ``{dkey}``, ``{ckey}``, ``{rkey}``, ``{skey}``,
+``{pkey}``, ``{fkey}``); called with values, the concrete path::
 
-    results/data/<data>/tokens.bin, tokenizer.json, tokens.json     natural: tokenize
-    results/chains/<grid>/chain.npy, stationary.npy, chain.json     Markov: chain
-    results/data/<data>/C<C>/train.bin, val.bin, chunks.json        both: chunk
-    results/runs/<data>/<model>/B<B>-C<C>-s<seed>/                  train (run.json marks done)
-        ckpt/ state/ loss.csv progress.json probes/ figures/
-        hf/                                                         export (GPT-2 folder)
-    results/suites/<suite>/probes/heads.parquet, model.parquet      probe_suite (+ cache/)
-    results/studies/<study>/natural/, markov/                       a study's aggregates
+    results/data/<data>-<dkey>/tokens.bin, tokenizer.json, tokens.json   natural: tokenize
+    results/chains/<grid>-<ckey>/chain.npy, stationary.npy, chain.json    Markov: chain
+    results/data/<data>-<dkey>/C<C>/train.bin, val.bin, chunks.json       both: chunk
+    results/runs/<data>/<model>/B<B>-C<C>-s<seed>-<rkey>/                 train (run.json)
+        ckpt/ state/ loss.csv progress.json
+        probes/<pkey>/heads.parquet, model.parquet, cache/                probe
+        figures/<fkey>/run.png, run.pdf, provenance.json                  run_figure
+        hf/                                                               export (GPT-2 folder)
+    results/suites/<suite>-<skey>/probes/<pkey>/heads.parquet, ...         probe_suite
+    results/studies/<study>/natural/, markov/                             a study's aggregates
     results/logs/<rule>/<job>.log
+
+A key is ``settings_key`` of everything that decides a folder's files (``ihsweep.config.keys``
+says what goes into each): two studies that give one name other settings get two folders, and
+equal settings under one name share one folder, computed once. Names stay readable; a run's
+readable id (``run_name``) is what tables, ``status`` and the report show.
 
 A run folder's own files (checkpoints, resume state) are the training package's format
 (``ihsweep.training.checkpoints``); the names the rest of the pipeline reads are here.
@@ -21,7 +29,10 @@ A run folder's own files (checkpoints, resume state) are the training package's 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 RESULTS = "results"
@@ -50,63 +61,91 @@ FIGURE_FORMATS = ("png", "pdf")
 PROVENANCE = "provenance.json"
 
 
-def dataset_dir(data: str = "{data}") -> str:
+KEY_LENGTH = 8  # hex digits: readable, and a clash among a study's folders is ~1 in 4e9
+
+
+def settings_key(settings: Any) -> str:
+    """The key of a folder: a short hash of the settings that decide its files (JSON)."""
+    text = json.dumps(settings, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:KEY_LENGTH]
+
+
+def keyed(name: str, key: str) -> str:
+    """``<name>-<key>``: a folder's readable name and the key of its settings."""
+    return f"{name}-{key}"
+
+
+def unkeyed(folder: str) -> str:
+    """The readable name of a keyed folder name (``keyed``'s inverse)."""
+    name, _, key = folder.rpartition("-")
+    if len(key) != KEY_LENGTH or not name:
+        raise ValueError(f"{folder!r} is no keyed folder name (<name>-<{KEY_LENGTH} hex digits>)")
+    return name
+
+
+def dataset_dir(data: str = "{data}", key: str = "{dkey}") -> str:
     """A natural dataset's tokens (and the parent of every dataset's chunk folders)."""
-    return f"{RESULTS}/data/{data}"
+    return f"{RESULTS}/data/{keyed(data, key)}"
 
 
-def chunk_dir(data: str = "{data}", context: Any = "{ctx}") -> str:
-    return f"{dataset_dir(data)}/C{context}"
+def chunk_dir(data: str = "{data}", key: str = "{dkey}", context: Any = "{ctx}") -> str:
+    return f"{dataset_dir(data, key)}/C{context}"
 
 
-def chain_dir(grid: str = "{grid}") -> str:
-    return f"{RESULTS}/chains/{grid}"
+def chain_dir(grid: str = "{grid}", key: str = "{ckey}") -> str:
+    return f"{RESULTS}/chains/{keyed(grid, key)}"
 
 
-def run_dir(run: Any = None) -> str:
+def run_dir(run: Any = None, key: str = "{rkey}") -> str:
     """The folder of a run (an ``ihsweep.config.Run``), or its pattern when ``run`` is None."""
-    return f"{RESULTS}/runs/{run_name(run)}"
+    return f"{RESULTS}/runs/{keyed(run_name(run), key)}"
 
 
 def run_name(run: Any = None) -> str:
-    """``<data>/<model>/B<B>-C<C>-s<seed>``: a run's id, and its job name in logs."""
+    """``<data>/<model>/B<B>-C<C>-s<seed>``: a run's readable id in tables, status and report."""
     if run is None:
         return "{data}/{model}/B{batch}-C{ctx}-s{seed}"
     return f"{run.data}/{run.model}/B{run.batch_size}-C{run.context_size}-s{run.seed}"
 
 
-def run_file(name: str, run: Any = None) -> str:
-    return f"{run_dir(run)}/{name}"
+def run_file(name: str, run: Any = None, key: str = "{rkey}") -> str:
+    return f"{run_dir(run, key)}/{name}"
 
 
-def probe_table(name: str, run: Any = None) -> str:
-    """``heads`` or ``model``: a run's probe tables (Parquet)."""
-    return f"{run_dir(run)}/probes/{name}.parquet"
+def probe_dir(folder: str | Path, probe_key: str = "{pkey}") -> str:
+    """The probe tables (and their cache) of a run or suite folder, for one probe setting."""
+    return f"{folder}/probes/{probe_key}"
 
 
-def export_dir(run: Any = None) -> str:
+def probe_table(name: str, folder: str | Path, probe_key: str = "{pkey}") -> str:
+    """``heads`` or ``model``: the probe tables (Parquet) of a run or suite folder."""
+    return f"{probe_dir(folder, probe_key)}/{name}.parquet"
+
+
+def export_dir(run: Any = None, key: str = "{rkey}") -> str:
     """A run's newest checkpoint as a Hugging Face GPT-2 folder (``ihsweep.export``)."""
-    return f"{run_dir(run)}/hf"
+    return f"{run_dir(run, key)}/hf"
 
 
-def suite_dir(suite: str = "{suite}") -> str:
+def suite_dir(suite: str = "{suite}", key: str = "{skey}") -> str:
     """A checkpoint suite's folder (``ihsweep.probing.suite``)."""
-    return f"{RESULTS}/suites/{suite}"
+    return f"{RESULTS}/suites/{keyed(suite, key)}"
 
 
-def suite_table(name: str, suite: str = "{suite}") -> str:
-    """``heads`` or ``model``: a suite's probe tables, one row set per revision."""
-    return f"{suite_dir(suite)}/probes/{name}.parquet"
+def run_figures(folder: str | Path, figure_key: str = "{fkey}") -> list[str]:
+    """A run folder's figure files and their provenance record, for one figure setting."""
+    figures = f"{folder}/figures/{figure_key}"
+    return [*(f"{figures}/{RUN_FIGURE}.{ext}" for ext in FIGURE_FORMATS), f"{figures}/{PROVENANCE}"]
 
 
-def run_figures(run: Any = None) -> list[str]:
-    """A run's figure files and their provenance record."""
-    folder = f"{run_dir(run)}/figures"
-    return [*(f"{folder}/{RUN_FIGURE}.{ext}" for ext in FIGURE_FORMATS), f"{folder}/{PROVENANCE}"]
+def log(rule: str, *job: str) -> str:
+    """A job's log: ``logs/<rule>/<job parts joined by />.log``."""
+    return f"{RESULTS}/logs/{rule}/{'/'.join(job)}.log"
 
 
-def log(rule: str, job: str) -> str:
-    return f"{RESULTS}/logs/{rule}/{job}.log"
+def run_log(rule: str, run: Any = None, key: str = "{rkey}", *subkeys: str) -> str:
+    """A run job's log, named by its folder (and the probe or figure key of what it made)."""
+    return log(rule, keyed(run_name(run), key), *subkeys)
 
 
 def study_dir(study: str) -> str:

@@ -16,18 +16,28 @@ commit of the checkout the step ran from (with ``-dirty`` for uncommitted change
 installed package version when there is no git checkout; ``code_sha256``, in both kinds of
 folder, hashes the package's source itself, which also tells apart two uncommitted states, and
 is what makes Snakemake redo the aggregates after an update of the package.
+
+A study's folder (``results/studies/<study>/``) is named by its ``study`` key alone, the one
+folder no key can tell apart, so ``study.json`` there records which config files and which
+definition made it (``StudyClaim``): another study under the same name, from other files with
+other settings, is refused before any job (``claim_clash``) instead of rewriting its tables.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
+from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
 
+from ihsweep import layout
 from ihsweep.config import study_definition
 from ihsweep.io import write_json
+
+STUDY_JSON = "study.json"
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -91,3 +101,58 @@ def write_provenance(folder, hashes: dict[str, str | None], run_ids, outputs) ->
         },
     )
     return path
+
+
+@dataclass(frozen=True)
+class StudyClaim:
+    """What made a study's folder: its name, config files and definition's hash."""
+
+    study: str
+    configfiles: tuple[str, ...]
+    config_sha256: str
+
+    @classmethod
+    def of(cls, study: str, configfiles, definition_sha256: str) -> StudyClaim:
+        """Config files as given, relative to the working folder when inside it."""
+        files = tuple(_shown_path(Path(path)) for path in configfiles)
+        return cls(study, files, definition_sha256)
+
+    def path(self, root: Path = Path(".")) -> Path:
+        return root / layout.study_dir(self.study) / STUDY_JSON
+
+    def describe(self) -> str:
+        files = " ".join(self.configfiles) or "no config file"
+        return f"{files} (definition sha256 {self.config_sha256[:12]})"
+
+
+def _shown_path(path: Path) -> str:
+    absolute = Path(os.path.abspath(path))
+    try:
+        return absolute.relative_to(Path.cwd()).as_posix()
+    except ValueError:
+        return absolute.as_posix()
+
+
+def claim_clash(claim: StudyClaim, root: Path = Path(".")) -> str | None:
+    """One line when another study holds ``claim``'s name: other config files and another
+    definition. The same files with an edited definition are the same study, changed; other
+    files with an equal definition are a copy of it."""
+    try:
+        held = json.loads(claim.path(root).read_text())
+        holder = StudyClaim(held["study"], tuple(held["configfiles"]), held["config_sha256"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # no record yet (or an unreadable one): the first run writes it
+    if holder.configfiles == claim.configfiles or holder.config_sha256 == claim.config_sha256:
+        return None
+    folder = layout.study_dir(claim.study)
+    return (
+        f"study {claim.study!r}: {folder}/ holds the study of {holder.describe()}; "
+        f"{claim.describe()} defines another study under that name. Give it its own name "
+        f"(`study: <name>` in its file, or --config study=<name>), or delete "
+        f"{folder}/{STUDY_JSON} to let it replace that study's tables"
+    )
+
+
+def write_claim(claim: StudyClaim, root: Path = Path(".")) -> None:
+    """Record that ``claim``'s config files made the study's folder (before its first job)."""
+    write_json(claim.path(root), {**asdict(claim), "configfiles": list(claim.configfiles)})

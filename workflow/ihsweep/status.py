@@ -56,7 +56,7 @@ import pandas as pd
 from ihsweep import layout
 from ihsweep.analysis.emergence import predicted_within
 from ihsweep.analysis.lawfit import predict_updates
-from ihsweep.config import Run, Study, add_configfile, study_of_files
+from ihsweep.config import Run, Study, StudyPaths, add_configfile, study_of_files
 from ihsweep.training.checkpoints import list_checkpoints
 from ihsweep.training.progress import read_progress
 
@@ -67,11 +67,11 @@ COLUMNS = [
 ENDED = ("done", "trained", "diverged")  # states of a run whose training is over
 
 
-def read_record(root: Path, run: Run) -> dict | None:
+def read_record(run_dir: Path) -> dict | None:
     """The run's completion record (``run.json``), None when there is none (or it is damaged:
     it is written atomically, so that means the run has not finished)."""
     try:
-        return json.loads((root / layout.run_file(layout.RUN_JSON, run)).read_text())
+        return json.loads((run_dir / layout.RUN_JSON).read_text())
     except (OSError, ValueError):
         return None
 
@@ -86,12 +86,15 @@ def run_outcome(record: dict | None, progress: dict) -> str | None:
     return None
 
 
-def run_state(root: Path, run: Run, progress: dict, active_minutes: float, now: float) -> str:
+def run_state(
+    root: Path, paths: StudyPaths, run: Run, progress: dict, active_minutes: float, now: float
+) -> str:
     """The run's state from its folder and its progress record ({} when there is none)."""
-    if (root / layout.run_file(layout.RUN_JSON, run)).exists():
-        if run_outcome(read_record(root, run) or {}, progress) == "diverged":
+    run_dir = root / paths.run_dir(run)
+    if (run_dir / layout.RUN_JSON).exists():
+        if run_outcome(read_record(run_dir) or {}, progress) == "diverged":
             return "diverged"
-        probed = all((root / layout.probe_table(t, run)).exists() for t in layout.PROBE_TABLES)
+        probed = all((root / paths.probe_table(t, run)).exists() for t in layout.PROBE_TABLES)
         return "done" if probed else "trained"
     state = progress.get("state")
     if state is None:
@@ -101,12 +104,12 @@ def run_state(root: Path, run: Run, progress: dict, active_minutes: float, now: 
     return state
 
 
-def failure(progress: dict, run: Run, now: float) -> str:
+def failure(progress: dict, log: str, now: float) -> str:
     """Why a failed run stopped: its recorded error, or how long it has been silent."""
     if progress.get("error"):
         return progress["error"]
     silent = (now - progress["updated"]) / 60
-    return f"no progress for {silent:.0f} min (killed?); see {layout.log('train', run.id)}"
+    return f"no progress for {silent:.0f} min (killed?); see {log}"
 
 
 def divergence(record: dict | None, progress: dict) -> str:
@@ -155,11 +158,12 @@ def status_table(study: Study, root: Path = Path("."), active_minutes: float = 5
     lawfit = root / layout.aggregate_file("lawfit.json", layout.natural_dir(study.name))
     fit = json.loads(lawfit.read_text()) if lawfit.exists() else None
     rows = []
+    paths = StudyPaths(study)
     for run in study.runs:
-        run_dir = root / layout.run_dir(run)
+        run_dir = root / paths.run_dir(run)
         progress = read_progress(run_dir)
-        record = read_record(root, run)
-        state = run_state(root, run, progress, active_minutes, now)
+        record = read_record(run_dir)
+        state = run_state(root, paths, run, progress, active_minutes, now)
         budget = (record or {}).get("budget") or study.total_steps(run) * run.tokens_per_step
         row = dict.fromkeys(COLUMNS)
         row.update(
@@ -170,7 +174,7 @@ def status_table(study: Study, root: Path = Path("."), active_minutes: float = 5
             budget=int(budget),
         )
         if state == "failed":
-            row["error"] = failure(progress, run, now)
+            row["error"] = failure(progress, paths.run_log("train", run), now)
         elif state == "diverged":
             row["error"] = divergence(record, progress)
         if run.id in emergence.index:

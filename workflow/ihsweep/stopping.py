@@ -29,9 +29,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ihsweep import layout
 from ihsweep.analysis.emergence import replay_stop, run_point
-from ihsweep.config import Study, add_configfile, study_of_files
+from ihsweep.config import Study, StudyPaths, add_configfile, study_of_files
 from ihsweep.status import read_record, run_outcome
 
 # A replayed point within this many decades of the reported one has not moved (float noise of
@@ -43,9 +42,10 @@ def replay_table(study: Study, margins: list[float], root: Path = Path(".")) -> 
     """One row per (run with a record and a probe table, margin): see the module docstring."""
     emergence = study.config["emergence"]
     rows = []
+    paths = StudyPaths(study)
     for run in study.runs:
-        record = read_record(root, run)
-        table_path = root / layout.probe_table("model", run)
+        record = read_record(root / paths.run_dir(run))
+        table_path = root / paths.probe_table("model", run)
         if record is None or not table_path.exists():
             continue
         outcome = run_outcome(record, {})

@@ -101,7 +101,7 @@ rule aggregate_markov:
         code_sha256=CODE_SHA256,
     shell:
         "python -m ihsweep.steps.aggregate_markov --model-tables {input.tables}"
-        " --datasets {params.datasets:q} --emergence {params.emergence:q}"
+        " --chunk-metas {input.chunks} --datasets {params.datasets:q} --emergence {params.emergence:q}"
         " --out-dir {params.out_dir} --config-sha256 {params.config_sha256} > {log} 2>&1"
 
 

@@ -8,9 +8,16 @@ import sys
 from snakemake.io import report as report_output
 
 from ihsweep import cost, layout
-from ihsweep.config import EXECUTION, ConfigError, Run
+from ihsweep.config import EXECUTION, ConfigError, Run, StudyPaths
 from ihsweep.cost.study import StudyCost
-from ihsweep.provenance import code_sha256, config_sha256, run_sha256
+from ihsweep.provenance import (
+    StudyClaim,
+    claim_clash,
+    code_sha256,
+    config_sha256,
+    run_sha256,
+    write_claim,
+)
 from ihsweep.validate import prepare
 
 try:
@@ -18,7 +25,12 @@ try:
 except ConfigError as err:
     sys.exit(f"config error: {err}")
 COST = StudyCost(STUDY)  # each job's runtime on a cluster
+PATHS = StudyPaths(STUDY)  # every folder keyed by the settings that decide its files
 CONFIG_SHA256 = config_sha256(config)  # recorded in every aggregate's provenance.json
+# The study's folder is named, not keyed: another study under its name is refused here.
+CLAIM = StudyClaim.of(STUDY.name, workflow.configfiles, CONFIG_SHA256)
+if clash := claim_clash(CLAIM):
+    sys.exit(f"config error: {clash}")
 # A parameter of the aggregates only, so that an update of the package redoes them (seconds)
 # and nothing else: runs, probes and run figures stay cached.
 CODE_SHA256 = code_sha256()
@@ -30,6 +42,10 @@ MARKOV_DIR = layout.markov_dir(STUDY.name)
 EXECUTION_SETTINGS = config[EXECUTION]
 
 
+onstart:
+    write_claim(CLAIM)  # a real run, before its first job (not a dry run)
+
+
 wildcard_constraints:
     data=r"[A-Za-z0-9_.+-]+",
     grid=r"[A-Za-z0-9_+-]+",
@@ -38,6 +54,13 @@ wildcard_constraints:
     ctx=r"\d+",
     seed=r"\d+",
     suite=r"[A-Za-z0-9_+-]+",
+    # the keys of ihsweep.config.keys: a hash of the settings behind a folder
+    dkey=r"[0-9a-f]{8}",
+    ckey=r"[0-9a-f]{8}",
+    rkey=r"[0-9a-f]{8}",
+    skey=r"[0-9a-f]{8}",
+    pkey=r"[0-9a-f]{8}",
+    fkey=r"[0-9a-f]{8}",
 
 
 def section_json(name):
@@ -65,30 +88,67 @@ def output_stem(wildcards, output):
     return os.path.splitext(output.png)[0]
 
 
+class NotOfThisStudy(ValueError):
+    """A path whose key is not this study's settings for that name (a typed or stale path)."""
+
+
+def check_key(kind, name, key, expected, where):
+    if key != expected:
+        raise NotOfThisStudy(
+            f"{kind} {name} with key {key} is not this study's: its settings give key "
+            f"{expected} ({where}); python -m ihsweep.where {name} prints the path"
+        )
+
+
+def checked_dataset(wildcards):
+    """The dataset of a data folder's wildcards, after checking the folder's key."""
+    key = PATHS.dataset_key(wildcards.data)
+    check_key(
+        "dataset",
+        wildcards.data,
+        wildcards.dkey,
+        key,
+        PATHS.dataset_dir(wildcards.data),
+    )
+    return wildcards.data
+
+
+def checked_run(wildcards):
+    """The run of a run folder's wildcards, after checking the folder's key."""
+    run = Run.from_wildcards(wildcards)
+    check_key("run", run.id, wildcards.rkey, PATHS.run_key(run), PATHS.run_dir(run))
+    return run
+
+
 def dataset_spec_json(wildcards):
     """A dataset's entry as the schema defines it (the step checks it again): without the
     `grid` a Markov cell belongs to, which its input (the chain) says."""
-    spec = STUDY.dataset_spec(wildcards.data)
+    spec = STUDY.dataset_spec(checked_dataset(wildcards))
     spec.pop("grid", None)
     return json.dumps(spec, sort_keys=True)
 
 
 def chunk_source(wildcards):
     """What a dataset's chunks are cut or drawn from: natural tokens or a Markov chain."""
-    if STUDY.config["datasets"][wildcards.data]["family"] == "markov":
-        return f"{layout.chain_dir(STUDY.grid_of(wildcards.data))}/chain.json"
-    return f"{layout.dataset_dir(wildcards.data)}/tokens.json"
+    data = checked_dataset(wildcards)
+    if STUDY.config["datasets"][data]["family"] == "markov":
+        return f"{PATHS.chain_dir(STUDY.grid_of(data))}/chain.json"
+    return f"{PATHS.dataset_dir(data)}/tokens.json"
 
 
 def chain_spec_json(wildcards):
-    return json.dumps(STUDY.chain_spec(wildcards.grid), sort_keys=True)
+    grid = wildcards.grid
+    check_key(
+        "chain", grid, wildcards.ckey, PATHS.chain_key(grid), PATHS.chain_dir(grid)
+    )
+    return json.dumps(STUDY.chain_spec(grid), sort_keys=True)
 
 
 def chain_source(wildcards):
     """A bigram chain counts the tokens of its natural source; a synthetic one reads nothing."""
     chain = STUDY.chain_spec(wildcards.grid)
     if chain["kind"] == "bigram":
-        return f"{layout.dataset_dir(chain['source'])}/tokens.json"
+        return f"{PATHS.dataset_dir(chain['source'])}/tokens.json"
     return []
 
 
@@ -97,8 +157,34 @@ def chain_source_flag(wildcards, input):
     return f"--source-dir {os.path.dirname(input[0])}" if input else ""
 
 
+def run_chunks(wildcards):
+    """The chunks a run trains on."""
+    run = checked_run(wildcards)
+    return f"{PATHS.chunk_dir(run.data, run.context_size)}/chunks.json"
+
+
 def train_spec_json(wildcards):
-    return json.dumps(STUDY.train_spec(Run.from_wildcards(wildcards)), sort_keys=True)
+    return json.dumps(STUDY.train_spec(checked_run(wildcards)), sort_keys=True)
+
+
+def probe_json(wildcards):
+    """The `probe` section, for a probe folder whose key is this study's."""
+    key = wildcards.pkey
+    check_key("probe setting", "probe", key, PATHS.probe_key, "config `probe`")
+    return section_json("probe")
+
+
+def run_probe_tables(wildcards):
+    """The probe tables a run figure is drawn from (this study's probe setting)."""
+    run = checked_run(wildcards)
+    check_key(
+        "figure setting",
+        run.id,
+        wildcards.fkey,
+        PATHS.figure_key,
+        "`probe`, `emergence`",
+    )
+    return {name: PATHS.probe_table(name, run) for name in layout.PROBE_TABLES}
 
 
 def run_figure_sha256(wildcards):
@@ -125,23 +211,27 @@ def probe_runtime(wildcards, attempt):
 
 
 def suite_spec_json(wildcards):
-    return json.dumps(STUDY.suites[wildcards.suite], sort_keys=True)
+    suite = wildcards.suite
+    check_key(
+        "suite", suite, wildcards.skey, PATHS.suite_key(suite), PATHS.suite_dir(suite)
+    )
+    return json.dumps(STUDY.suites[suite], sort_keys=True)
 
 
 def natural_model_tables():
     """The natural-data runs' probe tables and the checkpoint suites': one emergence analysis."""
-    runs = [layout.probe_table("model", run) for run in STUDY.runs_of_family("natural")]
-    return runs + [layout.suite_table("model", suite) for suite in STUDY.suites]
+    runs = [PATHS.probe_table("model", run) for run in STUDY.runs_of_family("natural")]
+    return runs + [PATHS.suite_table("model", suite) for suite in STUDY.suites]
 
 
 def markov_model_tables():
-    return [layout.probe_table("model", run) for run in STUDY.runs_of_family("markov")]
+    return [PATHS.probe_table("model", run) for run in STUDY.runs_of_family("markov")]
 
 
 def markov_chunk_metas():
     runs = STUDY.runs_of_family("markov")
     return sorted(
-        {f"{layout.chunk_dir(r.data, r.context_size)}/chunks.json" for r in runs}
+        {f"{PATHS.chunk_dir(r.data, r.context_size)}/chunks.json" for r in runs}
     )
 
 
@@ -169,7 +259,7 @@ def markov_figures():
 
 
 def final_outputs():
-    outputs = [f for run in STUDY.runs for f in layout.run_figures(run)]
+    outputs = [f for run in STUDY.runs for f in PATHS.run_figures(run)]
     if STUDY.runs_of_family("natural") or STUDY.suites:
         outputs += layout.natural_outputs(NATURAL_DIR)
     if STUDY.runs_of_family("markov"):

@@ -8,7 +8,7 @@ rule tokenize:
     output:
         [f"{layout.dataset_dir()}/{name}" for name in layout.TOKENIZE_FILES],
     log:
-        layout.log("tokenize", "{data}"),
+        layout.log("tokenize", layout.keyed("{data}", "{dkey}")),
     conda:
         "../../envs/train.yaml"
     resources:
@@ -28,7 +28,7 @@ rule chunk:
     output:
         [f"{layout.chunk_dir()}/{name}" for name in layout.CHUNK_FILES],
     log:
-        layout.log("chunk", "{data}/C{ctx}"),
+        layout.log("chunk", layout.keyed("{data}", "{dkey}"), "C{ctx}"),
     conda:
         "../../envs/train.yaml"
     resources:
@@ -48,7 +48,7 @@ rule chain:
     output:
         [f"{layout.chain_dir()}/{name}" for name in layout.CHAIN_FILES],
     log:
-        layout.log("chain", "{grid}"),
+        layout.log("chain", layout.keyed("{grid}", "{ckey}")),
     conda:
         "../../envs/train.yaml"
     params:

@@ -5,10 +5,10 @@ rule probe:
     input:
         layout.run_file(layout.RUN_JSON),
     output:
-        heads=layout.probe_table("heads"),
-        model=layout.probe_table("model"),
+        heads=layout.probe_table("heads", layout.run_dir()),
+        model=layout.probe_table("model", layout.run_dir()),
     log:
-        layout.log("probe", layout.run_name()),
+        layout.run_log("probe", None, "{rkey}", "{pkey}"),
     conda:
         "../../envs/train.yaml"
     threads: EXECUTION_SETTINGS["threads"]
@@ -19,7 +19,7 @@ rule probe:
         mem_mb=EXECUTION_SETTINGS["probe_mem_mb"],
         runtime=probe_runtime,
     params:
-        probe=section_json("probe"),
+        probe=probe_json,
         run_dir=input_dir,
     shell:
         "python -m ihsweep.steps.probe --run-dir {params.run_dir} --probe {params.probe:q}"
@@ -30,11 +30,10 @@ rule probe:
 # One figure per run: its probe curves with the emergence point, and PS per head over time.
 rule run_figure:
     input:
-        heads=layout.probe_table("heads"),
-        model=layout.probe_table("model"),
+        unpack(run_probe_tables),
     output:
         png=report(
-            layout.run_figures()[0],
+            layout.run_figures(layout.run_dir())[0],
             caption="../report/run.rst",
             category="Runs",
             subcategory="{data}",
@@ -46,10 +45,10 @@ rule run_figure:
                 "seed": "{seed}",
             },
         ),
-        pdf=layout.run_figures()[1],
-        provenance=layout.run_figures()[2],
+        pdf=layout.run_figures(layout.run_dir())[1],
+        provenance=layout.run_figures(layout.run_dir())[2],
     log:
-        layout.log("run_figure", layout.run_name()),
+        layout.run_log("run_figure", None, "{rkey}", "{fkey}"),
     conda:
         "../../envs/analysis.yaml"
     params:
@@ -67,10 +66,10 @@ rule run_figure:
 # into the same two tables as a run's; revisions probed before come from probes/cache/.
 rule probe_suite:
     output:
-        heads=layout.suite_table("heads"),
-        model=layout.suite_table("model"),
+        heads=layout.probe_table("heads", layout.suite_dir()),
+        model=layout.probe_table("model", layout.suite_dir()),
     log:
-        layout.log("probe_suite", "{suite}"),
+        layout.log("probe_suite", layout.keyed("{suite}", "{skey}"), "{pkey}"),
     conda:
         "../../envs/train.yaml"
     threads: EXECUTION_SETTINGS["threads"]
@@ -82,7 +81,7 @@ rule probe_suite:
         runtime=probe_runtime,
     params:
         suite=suite_spec_json,
-        probe=section_json("probe"),
+        probe=probe_json,
     shell:
         "python -m ihsweep.steps.probe_suite --name {wildcards.suite} --suite {params.suite:q}"
         " --probe {params.probe:q} --heads {output.heads} --model-table {output.model}"

@@ -8,11 +8,11 @@
 
 rule train:
     input:
-        f"{layout.chunk_dir()}/chunks.json",
+        run_chunks,
     output:
         layout.run_file(layout.RUN_JSON),
     log:
-        layout.log("train", layout.run_name()),
+        layout.run_log("train"),
     conda:
         "../../envs/train.yaml"
     threads: EXECUTION_SETTINGS["threads"]
@@ -36,7 +36,7 @@ rule train:
         " --memory-mb {resources.mem_mb} --compile {resources.compile} >> {log} 2>&1"
 
 
-# `snakemake results/runs/<run>/hf`: the run's newest checkpoint as a Hugging Face GPT-2 folder
+# `snakemake $(python -m ihsweep.where <run id>)/hf`: the run's newest checkpoint as a Hugging Face GPT-2 folder
 # that transformers loads with no code of ours (python -m ihsweep.steps.export; not part of `all`).
 rule export:
     input:
@@ -44,7 +44,7 @@ rule export:
     output:
         directory(layout.export_dir()),
     log:
-        layout.log("export", layout.run_name()),
+        layout.run_log("export"),
     conda:
         "../../envs/train.yaml"
     params:

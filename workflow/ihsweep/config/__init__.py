@@ -5,6 +5,8 @@
   line that name the key and what would be accepted; ``complete`` for a step's partial section.
 - ``ihsweep.config.study``: the study model: ``Run``, ``Study`` (grid, checkpoint schedule, the
   law's predictions, each run's training spec).
+- ``ihsweep.config.keys``: where a study's files are: ``StudyPaths``, each folder keyed by the
+  settings that decide its files.
 - ``ihsweep.config.checks``: the checks a schema cannot express that need nothing but the
   config, ``read_study`` (schema, checks, ``Study``) and the command-line tools' config files.
 
@@ -18,6 +20,7 @@ from ihsweep.config.checks import (
     read_study,
     study_of_files,
 )
+from ihsweep.config.keys import StudyPaths, probe_key
 from ihsweep.config.schema import (
     MOVED_KEYS,
     SCHEMA,
@@ -42,7 +45,7 @@ from ihsweep.config.study import (
 
 __all__ = [
     "EXECUTION", "GPT2_VOCAB_SIZE", "MODEL_KEYS", "MOVED_KEYS", "SCHEMA", "ConfigError", "Run",
-    "Study", "add_configfile", "checkpoint_steps", "complete", "densify_tokens", "expand_runs",
-    "first_schema_problem", "law_updates", "load_configfiles", "load_schema", "read_study",
-    "schedule_tokens", "study_definition", "study_of_files",
+    "Study", "StudyPaths", "add_configfile", "checkpoint_steps", "complete", "densify_tokens",
+    "expand_runs", "first_schema_problem", "law_updates", "load_configfiles", "load_schema",
+    "probe_key", "read_study", "schedule_tokens", "study_definition", "study_of_files",
 ]  # fmt: skip

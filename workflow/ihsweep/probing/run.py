@@ -9,9 +9,10 @@ Columns (one row per checkpoint and head / per checkpoint):
   outcome_detail (why it stopped or diverged; "" when completed), predicted_tokens (the
   emergence point the study's ``checkpoints.densify`` law predicted; NaN without one)
 
-Each checkpoint's result is cached in ``probes/cache/step_XXXXXX.parquet`` (outside the declared
-outputs, which Snakemake deletes before a rerun), keyed by the run spec and probe settings, so a
-run that gains checkpoints only probes the new ones.
+Each checkpoint's result is cached in ``probes/<probe key>/cache/step_XXXXXX.parquet`` beside
+the tables (outside the declared outputs, which Snakemake deletes before a rerun), keyed by the
+run spec and probe settings, so a run that gains checkpoints only probes the new ones, and the
+training job's early-stop probes are the probe step's.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from ihsweep import layout
+from ihsweep.config import probe_key
 from ihsweep.io import read_parquet_key, write_parquet
 from ihsweep.probing.metrics import HEAD_MAXIMA, HEAD_SCORES
 from ihsweep.probing.scores import make_probe_batch, probe_model
@@ -105,8 +108,9 @@ def probe_run(
     checkpoints = list_checkpoints(run_dir, damaged, verify=False)
     if damaged:  # probing around a damaged checkpoint would leave a gap in the tables
         raise damaged[0]
+    cache_dir = Path(layout.probe_dir(run_dir, probe_key(probe))) / "cache"
     for ckpt in checkpoints:
-        cache = Path(run_dir) / "probes" / "cache" / f"step_{ckpt['step']:06d}.parquet"
+        cache = cache_dir / f"step_{ckpt['step']:06d}.parquet"
         key = cache_key(ckpt, probe)
         if key not in memo:
             if cache.exists() and read_parquet_key(cache) == key:

@@ -1,11 +1,13 @@
 """Rule ``aggregate_markov``: the Markov-data analysis (experiments 2 and 3, SPEC section 4).
 
     python -m ihsweep.steps.aggregate_markov --model-tables A.parquet ... \
+        --chunk-metas results/data/<cell>-<key>/C32/chunks.json ... \
         --datasets '<{cell name: dataset entry} JSON>' --emergence '<emergence JSON>' \
         --out-dir results/studies/default/markov
 
-Reads each run's chunk sidecar (``layout.chunk_dir(data, C)/chunks.json``) for the generator's
-measured statistics and writes ``ihsweep.layout.markov_outputs``:
+Reads the chunk sidecars of the runs' datasets (``--chunk-metas``, each in its
+``layout.chunk_dir``) for the generator's measured statistics and writes
+``ihsweep.layout.markov_outputs``:
 
 - ``emergence.csv`` (``ihsweep.analysis.markov.run_table``) and ``emergence.html``;
 - ``cells.csv`` (``setting_cells``) and ``generator.csv`` (``generator_table``);
@@ -29,7 +31,6 @@ from ihsweep.analysis import frontier
 from ihsweep.analysis.emergence import emergence_table
 from ihsweep.analysis.markov import SETTING_KEYS, generator_table, run_table, setting_cells
 from ihsweep.config import complete
-from ihsweep.data.chunks import CHUNKS_JSON
 from ihsweep.figures import markov as figures
 from ihsweep.io import atomic_path, json_arg, write_json
 from ihsweep.provenance import write_provenance
@@ -38,9 +39,19 @@ from ihsweep.report.tables import markov_emergence, write_page
 from ihsweep.steps import _args
 
 
+def chunk_metas(paths: list[Path]) -> dict[tuple[str, int], dict]:
+    """{(dataset, C): chunks.json} of ``layout.chunk_dir`` files, named by their folders."""
+    metas = {}
+    for path in paths:
+        meta = json.loads(path.read_text())
+        metas[(layout.unkeyed(path.parent.parent.name), int(meta["context"]))] = meta
+    return metas
+
+
 def main(argv: list[str] | None = None) -> int:
     p = _args.parser("aggregate_markov", "Emergence per Markov run, the (f, r) frontier, figures.")
     p.add_argument("--model-tables", nargs="+", required=True, type=Path, help="probe tables")
+    p.add_argument("--chunk-metas", nargs="+", required=True, type=Path, help="chunks.json files")
     p.add_argument("--datasets", required=True, type=json_arg, help="{cell name: entry} (JSON)")
     _args.add_spec(p, "--emergence", "emergence", required=False)
     p.add_argument("--out-dir", required=True, help="output folder: layout.markov_dir(<study>)")
@@ -55,11 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(model_table["data"]) - set(datasets))
     if unknown:
         raise SystemExit(f"runs on datasets missing from --datasets: {unknown}")
+    metas = chunk_metas(args.chunk_metas)
     runs_at = model_table[["data", "context_size"]].drop_duplicates().itertuples(index=False)
-    metas = {
-        (data, int(C)): json.loads((Path(layout.chunk_dir(data, C)) / CHUNKS_JSON).read_text())
-        for data, C in runs_at
-    }
+    missing = sorted(f"{data}/C{C}" for data, C in runs_at if (data, int(C)) not in metas)
+    if missing:
+        raise SystemExit(f"runs on chunks missing from --chunk-metas: {missing}")
     generator = generator_table(datasets, metas)
     runs = run_table(emergence_table(model_table, spec), datasets, generator)
     cells = setting_cells(runs)

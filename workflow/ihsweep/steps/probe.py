@@ -1,8 +1,8 @@
 """Rule ``probe``: PS and LA per head, AR per model, at every checkpoint of one run
 (``ihsweep.probing.run``).
 
-    python -m ihsweep.steps.probe --run-dir results/runs/<run id> --probe '<probe JSON>' \
-        --heads .../probes/heads.parquet --model-table .../probes/model.parquet
+    python -m ihsweep.steps.probe --run-dir results/runs/<run folder> --probe '<probe JSON>' \
+        --heads .../probes/<key>/heads.parquet --model-table .../probes/<key>/model.parquet
 """
 
 from __future__ import annotations

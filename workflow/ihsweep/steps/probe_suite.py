@@ -2,10 +2,11 @@
 suite of a Hugging Face causal LM (``ihsweep.probing.suite``).
 
     python -m ihsweep.steps.probe_suite --name pythia-160m --suite '<suites.<name> JSON>' \
-        --probe '<probe JSON>' --heads .../probes/heads.parquet --model-table .../model.parquet
+        --probe '<probe JSON>' --heads .../probes/<key>/heads.parquet \
+        --model-table .../probes/<key>/model.parquet
 
-Each revision's result is cached beside the tables (``probes/cache/<revision>.parquet``), so a
-revision probed before is not loaded again.
+Each revision's result is cached beside the tables (``probes/<key>/cache/<revision>.parquet``),
+so a revision probed before is not loaded again.
 """
 
 from __future__ import annotations

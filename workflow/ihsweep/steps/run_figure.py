@@ -1,8 +1,8 @@
 """Rule ``run_figure``: one run's figure, its probe curves with the emergence point and PS per
 head over time (``ihsweep.figures.run``), and ``provenance.json`` beside it.
 
-    python -m ihsweep.steps.run_figure --probes results/runs/<id>/probes \
-        --emergence '<emergence JSON>' --out results/runs/<id>/figures/run
+    python -m ihsweep.steps.run_figure --probes results/runs/<run folder>/probes/<key> \
+        --emergence '<emergence JSON>' --out results/runs/<run folder>/figures/<key>/run
 """
 
 from __future__ import annotations
