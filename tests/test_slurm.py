@@ -288,7 +288,9 @@ def test_killed_driver_and_job_recover_as_documented(cluster, tmp_path):
     assert recovery.rc == 0, recovery.out[-6000:]
     assert job_stats(recovery.out)["train"] == 1
     # The one train job is the killed run's (the finished run's probe may come first).
-    train_job = r"^rule train:\n(?:    .*\n)*?    wildcards: .*batch=8, ctx=(\d+), seed=0$"
+    train_job = (
+        r"^rule train:\n(?:    .*\n)*?    wildcards: .*batch=8, ctx=(\d+), seed=0, rkey=\w+$"
+    )
     assert re.findall(train_job, recovery.out, re.MULTILINE) == [str(killed)]
     assert run_json[done].stat().st_mtime_ns == finished_mtime  # not retrained
     # The state may be a checkpoint's or one saved on SIGTERM (seen here: slurmstepd terminates

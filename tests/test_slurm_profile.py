@@ -58,7 +58,7 @@ def test_training_jobs_ask_for_a_gpu_memory_and_the_estimated_runtime(paper_dry_
     study = prepare(yaml.safe_load((REPO / "workflow/studies/paper.yaml").read_text()))
     jobs = re.findall(
         r"^rule train:\n(?:    .*\n)*?    wildcards: data=(\S+), model=(\S+), batch=(\d+),"
-        r" ctx=(\d+), seed=(\d+)\n(?:    .*\n)*?    resources: .*runtime=(\d+)",
+        r" ctx=(\d+), seed=(\d+), rkey=[0-9a-f]{8}\n(?:    .*\n)*?    resources: .*runtime=(\d+)",
         paper_dry_run,
         re.MULTILINE,
     )
