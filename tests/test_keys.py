@@ -325,13 +325,17 @@ def test_a_results_folder_named_by_names_is_upgraded_without_training(tmp_path_f
     base = yaml.safe_load(BASE)
     named = _aggregate_tables(workdir, "a", (".csv", ".json"))
 
-    upgrade = subprocess.run(
-        [sys.executable, "-m", "ihsweep.upgrade"], cwd=workdir, capture_output=True, text=True,
-        timeout=300, env={**os.environ, "PYTHONPATH": str(REPO / "workflow")},
-    )  # fmt: skip
-    assert upgrade.returncode == 0, upgrade.stderr
-    assert upgrade.stdout.startswith("moved into keyed folders: 2 datasets"), upgrade.stdout
-    assert "left" not in upgrade.stdout, upgrade.stdout
+    # Upgraded first for another study that shares the data but not the width: the datasets
+    # and the chain move; the runs, made with another spec, stay where they are.
+    (workdir / "width.yaml").write_text(yaml.safe_dump(VARIANTS["width"]))
+    other = upgrade(workdir, "--configfile", "width.yaml")
+    assert other.startswith("moved into keyed folders: 2 datasets, 4 logs, 1 chain\n"), other
+    assert "left 2 folders made with other settings in place:" in other, other
+    assert "results/runs/kjv/tiny/B8-C16-s0: run.json records another training spec" in other
+    mine = upgrade(workdir)
+    assert mine.startswith("moved into keyed folders:") and "2 runs" in mine, mine
+    assert "4 probe tables" in mine and "6 run figure files" in mine, mine
+    assert "left" not in mine, mine
     planned = snakemake(workdir, "-n")
     assert planned.rc == 0, planned.out[-3000:]
     assert job_stats(planned.out) == {"aggregate_natural": 1, "aggregate_markov": 1, "all": 1}
@@ -340,6 +344,16 @@ def test_a_results_folder_named_by_names_is_upgraded_without_training(tmp_path_f
     assert rerun.rc == 0, rerun.out[-3000:]
     assert _aggregate_tables(workdir, "a", (".csv", ".json")) == named
     assert (workdir / paths_of(base).run_file("run.json", NATURAL_RUN)).is_file()
+
+
+def upgrade(workdir: Path, *args: str) -> str:
+    """``python -m ihsweep.upgrade`` in ``workdir``: what it printed."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ihsweep.upgrade", *args], cwd=workdir, capture_output=True,
+        text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO / "workflow")},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def _aggregate_tables(workdir: Path, study: str, suffixes: tuple[str, ...]) -> dict[str, bytes]:

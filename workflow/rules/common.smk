@@ -102,15 +102,11 @@ def check_key(kind, name, key, expected, where):
 
 def checked_dataset(wildcards):
     """The dataset of a data folder's wildcards, after checking the folder's key."""
-    key = PATHS.dataset_key(wildcards.data)
+    data = wildcards.data
     check_key(
-        "dataset",
-        wildcards.data,
-        wildcards.dkey,
-        key,
-        PATHS.dataset_dir(wildcards.data),
+        "data", data, wildcards.dkey, PATHS.dataset_key(data), PATHS.dataset_dir(data)
     )
-    return wildcards.data
+    return data
 
 
 def checked_run(wildcards):
