@@ -59,6 +59,11 @@ def read_parquet_key(path: str | os.PathLike) -> str | None:
     return key.decode() if key is not None else None
 
 
+def holds_key(path: str | os.PathLike, key: str) -> bool:
+    """Whether ``path`` is a table written with ``key`` (``write_parquet``): a cache hit."""
+    return Path(path).is_file() and read_parquet_key(path) == key
+
+
 def set_flags(*names: str) -> list[str]:
     """The environment variables among ``names`` set to a true value (1, on, yes, true), as
     the Hugging Face libraries read their offline switches."""

@@ -38,7 +38,7 @@ from pathlib import Path
 
 from ihsweep import layout
 from ihsweep.config import Run, Study, StudyPaths, add_configfile, study_of_files
-from ihsweep.io import read_parquet_key
+from ihsweep.io import holds_key
 from ihsweep.provenance import run_sha256
 from ihsweep.training.checkpoints import list_checkpoints
 
@@ -217,9 +217,8 @@ class Upgrade:
         if not cache.is_dir():
             return False
         agreed = all(
-            read_parquet_key(path) == cache_key(ckpt, probe) if path.exists() else False
+            holds_key(cache / f"step_{ckpt['step']:06d}.parquet", cache_key(ckpt, probe))
             for ckpt in checkpoints
-            for path in [cache / f"step_{ckpt['step']:06d}.parquet"]
         )
         tables = [folder / "probes" / f"{name}.parquet" for name in layout.PROBE_TABLES]
         self.move(cache.relative_to(self.root), f"{target}/cache", "probe cache")
@@ -283,12 +282,11 @@ def _suite_cache_agrees(folder: Path, suite: dict, probe: dict) -> bool:
     probes = folder / "probes"
     if not all((probes / f"{table}.parquet").is_file() for table in layout.PROBE_TABLES):
         return False
-    for revision in revision_names(suite):
-        path = probes / "cache" / f"{revision}.parquet"
-        key = cache_key(suite, revision, suite["vocab_size"], probe)
-        if not path.is_file() or read_parquet_key(path) != key:
-            return False
-    return True
+    vocab_size = suite["vocab_size"]
+    return all(
+        holds_key(probes / "cache" / f"{rev}.parquet", cache_key(suite, rev, vocab_size, probe))
+        for rev in revision_names(suite)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -63,7 +63,7 @@ rule run_figure:
 
 
 # A checkpoint suite of a Hugging Face causal LM (e.g. Pythia): every revision, one at a time,
-# into the same two tables as a run's; revisions probed before come from probes/cache/.
+# into the same two tables as a run's; revisions probed before come from probes/<key>/cache/.
 rule probe_suite:
     output:
         heads=layout.probe_table("heads", layout.suite_dir()),

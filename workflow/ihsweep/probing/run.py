@@ -27,7 +27,7 @@ import torch
 
 from ihsweep import layout
 from ihsweep.config import probe_key
-from ihsweep.io import read_parquet_key, write_parquet
+from ihsweep.io import holds_key, write_parquet
 from ihsweep.probing.metrics import HEAD_MAXIMA, HEAD_SCORES
 from ihsweep.probing.scores import make_probe_batch, probe_model
 from ihsweep.training.checkpoints import list_checkpoints
@@ -113,7 +113,7 @@ def probe_run(
         cache = cache_dir / f"step_{ckpt['step']:06d}.parquet"
         key = cache_key(ckpt, probe)
         if key not in memo:
-            if cache.exists() and read_parquet_key(cache) == key:
+            if holds_key(cache, key):
                 memo[key] = pd.read_parquet(cache)
             else:
                 memo[key] = df = probe_checkpoint(ckpt, probe, device)
