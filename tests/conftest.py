@@ -9,28 +9,17 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
 from ihsweep.config import SCHEMA  # noqa: F401  (tests import it from here)
 from ihsweep.data.chunks import write_chunks  # noqa: F401  (tests import it from here)
 
 REPO = Path(__file__).resolve().parents[1]
 STUDIES = Path(__file__).resolve().parent / "studies"
 TIMEOUT = 900
-
-
-@pytest.fixture(autouse=True)
-def _restore_signal_handlers():
-    """In-process train() (any test) installs SIGTERM/SIGUSR1 handlers; give pytest its own back."""
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGUSR1)}
-    yield
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
 
 
 def study_text(name: str) -> str:

@@ -591,7 +591,10 @@ def test_compiled_run_stopped_then_resumed_by_the_command_matches_bit_for_bit(tm
 
 
 @pytest.mark.slow
-def test_sigterm_saves_state_exits_75_and_rerun_resumes_there(reference, data_dir, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_saves_state_exits_75_and_rerun_resumes_there(reference, data_dir, tmp_path, sig):
+    """SIGTERM (SLURM, kill) and SIGINT (Ctrl-C) alike: state saved at the next step, one line
+    and no traceback, progress.json interrupted, no temporary file left."""
     spec = reference["spec"]
     ckpts = spec["checkpoint_steps"]
     # A step that is no checkpoint: the state must then be saved at whatever step was reached.
@@ -608,26 +611,28 @@ def test_sigterm_saves_state_exits_75_and_rerun_resumes_there(reference, data_di
         )
         try:
             wait_for_step(proc, run_dir, target, log)
-            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(sig)
             rc = proc.wait(timeout=60)
         finally:
             if proc.poll() is None:
                 proc.kill()
     text = log.read_text()
-    assert rc == EXIT_INTERRUPTED == 75, text
-    saved_at = re.findall(r"signal 15: state saved at step (\d+)", text)
+    assert rc == EXIT_INTERRUPTED == 75 and "Traceback" not in text, text
+    saved_at = re.findall(rf"signal {int(sig)}: state saved at step (\d+)", text)
     assert len(saved_at) == 1, text
     stopped = int(saved_at[0])
     assert target <= stopped < spec["total_steps"]
     assert not (run_dir / "run.json").exists()
     state = load_resume_state(run_dir)[0]
     assert int(state["step"]) == stopped
-    saved_on = "with its checkpoint, on signal 15" if stopped in ckpts else "on signal 15"
+    saved_on = f"with its checkpoint, on signal {int(sig)}" if stopped in ckpts else ""
+    saved_on = saved_on or f"on signal {int(sig)}"
     assert state["saved_on"] == saved_on
     assert last_train_step(run_dir) == stopped
     assert saved_checkpoint_steps(run_dir) == [s for s in ckpts if s <= stopped]
     progress = read_progress(run_dir)
-    assert progress["state"] == "interrupted" and progress["signal"] == signal.SIGTERM
+    assert progress["state"] == "interrupted" and progress["signal"] == sig
+    assert not list(run_dir.rglob("*.tmp"))
     assert progress["step"] == stopped and progress["tokens"] == stopped * B * C
 
     out = run_to_end(spec, data_dir, run_dir)
@@ -925,18 +930,19 @@ def test_command_takes_missing_execution_flags_from_the_schema(tmp_path, monkeyp
     assert defaults["progress_seconds"] == 15
     assert defaults["micro_batch"] == "auto" and defaults["train_mem_mb"] == 16000
     assert defaults["compile"] is False
-    assert calls[-1] == (spec, data, run, "auto", 1, 15, "auto", 16000, None, False, None)
+    assert calls[-1] == (spec, data, run, "auto", 1, 15, "auto", 16000, None, False, None, 180.0)
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     argv = ["--spec", f"@{tmp_path / 'spec.json'}", "--data-dir", str(data), "--run-dir", str(run)]
     flags = ["--device", "cpu", "--threads", "3", "--stop-after-step", "2"]
     assert train_command.main([*argv, *flags]) == 0
-    assert calls[-1] == (spec, data, run, "cpu", 3, 15, "auto", 16000, 2, False, None)
+    assert calls[-1] == (spec, data, run, "cpu", 3, 15, "auto", 16000, 2, False, None, 180.0)
     memory = ["--micro-batch", "2", "--memory-mb", "900"]
     assert train_command.main([*argv, *memory]) == 0
-    assert calls[-1] == (spec, data, run, "auto", 1, 15, 2, 900, None, False, None)
+    assert calls[-1] == (spec, data, run, "auto", 1, 15, 2, 900, None, False, None, 180.0)
     for flag, setting in (("true", True), ("False", False), ("auto", "auto")):
         assert train_command.main([*argv, "--compile", flag]) == 0
-        assert calls[-1] == (spec, data, run, "auto", 1, 15, "auto", 16000, None, setting, None)
+        want = (spec, data, run, "auto", 1, 15, "auto", 16000, None, setting, None, 180.0)
+        assert calls[-1] == want
     with pytest.raises(SystemExit):
         train_command.main([*argv, "--compile", "yes"])
 

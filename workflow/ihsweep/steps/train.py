@@ -10,12 +10,16 @@ The execution flags left out take the schema's `execution` defaults.
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from ihsweep.early_stop import stop_rule_of
 from ihsweep.io import json_arg
+from ihsweep.lease import EXPIRE_SECONDS, LeaseHeld, LeaseLost
 from ihsweep.steps import _args
 from ihsweep.training.loop import train
+
+EXIT_LEASE = 73  # EX_CANTCREAT: the run folder is another job's
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,21 +47,32 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--stop-after-step", type=int, help="save resume state and stop after this step (tests)"
     )
+    p.add_argument(
+        "--lease-seconds",
+        type=float,
+        default=EXPIRE_SECONDS,
+        help="how long the run folder stays locked after this job dies (on another host)",
+    )
     args = p.parse_args(argv)
     execution = _args.execution(args)
-    train(
-        args.spec,
-        args.data_dir,
-        args.run_dir,
-        execution["device"],
-        execution["threads"],
-        execution["progress_seconds"],
-        execution["micro_batch"],
-        execution["train_mem_mb"],
-        args.stop_after_step,
-        execution["compile"],
-        stop_rule_of(args.spec),
-    )
+    try:
+        train(
+            args.spec,
+            args.data_dir,
+            args.run_dir,
+            execution["device"],
+            execution["threads"],
+            execution["progress_seconds"],
+            execution["micro_batch"],
+            execution["train_mem_mb"],
+            args.stop_after_step,
+            execution["compile"],
+            stop_rule_of(args.spec),
+            args.lease_seconds,
+        )
+    except (LeaseHeld, LeaseLost) as err:  # another job's folder: one line, not a traceback
+        print(f"[{args.spec.get('run_id', args.run_dir)}] {err}", file=sys.stderr, flush=True)
+        return EXIT_LEASE
     return 0
 
 

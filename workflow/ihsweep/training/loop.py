@@ -36,6 +36,7 @@ from ihsweep import cost
 from ihsweep.data.chunks import open_chunks, read_chunks_meta
 from ihsweep.io import write_json
 from ihsweep.layout import LOSS_CSV, RUN_JSON
+from ihsweep.lease import EXPIRE_SECONDS, LeaseLost, RunLease
 from ihsweep.training.checkpoints import list_checkpoints
 from ihsweep.training.execution import prepare_device, resolve_micro_batch
 from ihsweep.training.model import GPT, GPTConfig
@@ -46,7 +47,14 @@ from ihsweep.training.progress import (
     summary_line,
     write_progress,
 )
-from ihsweep.training.resume import SAVED_WITH_CHECKPOINT, resume, save_state, spec_hash
+from ihsweep.training.resume import (
+    SAVED_WITH_CHECKPOINT,
+    read_resume_step,
+    remove_temporaries,
+    resume,
+    save_state,
+    spec_hash,
+)
 from ihsweep.training.sampler import ChunkSampler
 from ihsweep.training.schedule import Schedule
 from ihsweep.training.step import (
@@ -60,6 +68,7 @@ from ihsweep.training.stops import (
     EXIT_INTERRUPTED,
     Diverged,
     DivergenceWatch,
+    ForcedStop,
     StopRequested,
     StopRule,
 )
@@ -78,6 +87,7 @@ def train(
     stop_after_step: int | None = None,
     compile: bool | str = False,
     stop_rule: StopRule | None = None,
+    lease_seconds: float = EXPIRE_SECONDS,
 ) -> dict:
     """Run (or resume) one training run; returns the summary written to ``run.json`` ({} when
     it stopped at ``stop_after_step``).
@@ -86,24 +96,44 @@ def train(
     job's host memory, which ``micro_batch: auto`` fits a CPU job into; ``compile`` is
     ``execution.compile`` (``resolve_compile``). ``stop_rule`` is asked at every checkpoint
     whether the run stops there (``ihsweep.early_stop`` builds the spec's ``early_stop`` rule).
-    ``progress.json`` follows the run (``write_progress``): running while it trains, then done,
-    interrupted (a signal: the state is saved and the retry resumes) or failed (any error)."""
+    The job holds the run folder's lease (``ihsweep.lease``; it expires ``lease_seconds`` after
+    the job dies) from before it reads the folder until it ends: ``LeaseHeld`` when another job
+    holds it. ``progress.json`` follows the run (``write_progress``): running while it trains,
+    then done, interrupted (a signal: the state is saved and the retry resumes) or failed (any
+    error)."""
     run_dir = Path(run_dir)
     if spec.get("early_stop") is not None and stop_rule is None:
         raise ValueError(
             f"run {spec['run_id']}: its spec stops early (early_stop) but no stop rule was given;"
             " pass stop_rule=ihsweep.early_stop.stop_rule_of(spec)"
         )
-    try:
-        job = Job.build(spec, data_dir, device, threads, micro_batch, memory_mb, compile)
-        return Trainer(spec, run_dir, job, progress_seconds, stop_rule, stop_after_step).run()
-    except Exception as err:
-        step = read_progress(run_dir).get("step", 0)  # the last step recorded before the error
-        error = f"{type(err).__name__}: {err}"
-        tokens_per_step = spec["batch_size"] * spec["context_size"]
-        write_progress(run_dir, "failed", step, spec["total_steps"], tokens_per_step, None,
-                       error=error)  # fmt: skip
-        raise
+    lease = RunLease(run_dir, lease_seconds / 6, lease_seconds)
+    with StopRequested() as signals, lease:
+        for path in remove_temporaries(run_dir):
+            print(f"[{spec['run_id']}] removed {path}, left by a write that was killed", flush=True)
+        try:
+            job = Job.build(spec, data_dir, device, threads, micro_batch, memory_mb, compile)
+            trainer = Trainer(spec, run_dir, job, progress_seconds, stop_rule, stop_after_step)
+            return trainer.run(signals, lease)
+        except LeaseLost:
+            raise  # the folder is another job's now: write nothing more
+        except ForcedStop as stop:
+            record_stop(spec, run_dir, "interrupted", signal=stop.signum)
+            step = read_resume_step(run_dir)
+            print(f"[{spec['run_id']}] signal {stop.signum} again: stopped at once; the next"
+                  f" start resumes from the state saved at step {step}", flush=True)  # fmt: skip
+            sys.exit(EXIT_INTERRUPTED)
+        except Exception as err:
+            record_stop(spec, run_dir, "failed", error=f"{type(err).__name__}: {err}")
+            raise
+
+
+def record_stop(spec: dict, run_dir: Path, state: str, **extra) -> None:
+    """The progress record of a job that ends without ending its run, at the last step it
+    recorded."""
+    step = read_progress(run_dir).get("step", 0)
+    tokens_per_step = spec["batch_size"] * spec["context_size"]
+    write_progress(run_dir, state, step, spec["total_steps"], tokens_per_step, None, **extra)
 
 
 @dataclass
@@ -175,9 +205,9 @@ class Trainer:
         self.step, self.recent = 0, []  # recent: train losses of the current log window
         self.unread: list[torch.Tensor] = []  # losses still on the device
 
-    def run(self) -> dict:
+    def run(self, signals: StopRequested, lease: RunLease) -> dict:
+        self.signals, self.lease = signals, lease
         self.begin()
-        self.signals = StopRequested()
         self.job.model.train()
         self.progress = Progress(self.progress_seconds, self.step)  # times the session too
         vocab = self.job.model.cfg.vocab_size
@@ -216,6 +246,8 @@ class Trainer:
         """Log, report, checkpoint and stop as the schedule and the stops say after an update;
         returns the run's summary when it ends here, {} when it stopped at stop_after_step."""
         step, schedule = self.step, self.schedule
+        if self.lease.lost:
+            raise LeaseLost(f"{self.lease.lost} at step {step}: this job stops here")
         log_row, line_due = schedule.logs(step), self.progress.due(step, schedule.total_steps)
         interrupted = self.interruption()
         diverged = None
@@ -333,6 +365,8 @@ class Trainer:
     def finish(self, outcome: str, detail: str = "") -> dict:
         """Write the completion record ``run.json`` of a run that ended (``outcome``: completed,
         stopped_early or diverged, ``outcome_detail`` says why) and its last progress record."""
+        if self.lease.lost:
+            raise LeaseLost(f"{self.lease.lost}: this job stops without recording the run")
         # Their steps and losses: the start of the job checked the weights' checksums already.
         checkpoints = list_checkpoints(self.run_dir, verify=False)
         summary = self.summary(outcome, detail, [m["step"] for m in checkpoints])

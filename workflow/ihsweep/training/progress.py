@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ihsweep.io import write_json
+from ihsweep.io import atomic_path, write_json
 from ihsweep.layout import PROGRESS_JSON
 
 
@@ -124,12 +124,16 @@ class LossLog:
         self.path, self.tokens_per_step = Path(path), tokens_per_step
 
     def start(self, step: int) -> None:
-        """Continue the log at ``step``: rows written after it go (they will be written again)."""
+        """Continue the log at ``step``: rows written after it go (they will be written again),
+        and so does a last row cut short by a kill (no newline: its step may be cut too)."""
         if self.path.exists():
             lines = self.path.read_text().splitlines(keepends=True)
-            kept = lines[:1] + [ln for ln in lines[1:] if int(ln.split(",", 1)[0]) <= step]
+            kept = lines[:1] + [
+                ln for ln in lines[1:] if ln.endswith("\n") and int(ln.split(",", 1)[0]) <= step
+            ]
             if len(kept) != len(lines):
-                self.path.write_text("".join(kept))
+                with atomic_path(self.path) as tmp:
+                    Path(tmp).write_text("".join(kept))
         else:
             self.path.write_text(self.HEADER)
 

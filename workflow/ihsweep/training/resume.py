@@ -77,6 +77,7 @@ def resume(run_dir: Path, spec: dict, model, optim) -> Resumed:
         print(f"[{run_id}] spec changed since the saved state: starting afresh", flush=True)
         discard_run_files(run_dir)
         state = None
+    drop_checkpoints_after(run_dir, 0 if state is None else int(state["step"]), run_id)
     if state is None:
         return Resumed()
     model.load_state_dict(state["model"])
@@ -89,6 +90,40 @@ def resume(run_dir: Path, spec: dict, model, optim) -> Resumed:
     # train loss is the mean of the state's window, as when it was saved.
     rewrite = float(np.mean(recent)) if 0 < step == redo else None
     return Resumed(step, recent, rewrite)
+
+
+def drop_checkpoints_after(run_dir: Path, step: int, run_id: str) -> None:
+    """Remove the checkpoints newer than the state a run resumes from: a job killed between a
+    checkpoint and its state, or a state that fell back to the previous one, leaves them. The
+    resumed run writes them again with the same bytes; kept meanwhile, a stop rule or the
+    completion record would see checkpoints the resumed run has not reached."""
+    ahead = [m for m in list_checkpoints(run_dir, verify=False) if m["step"] > step]
+    for meta in ahead:
+        Path(meta["weights"]).with_suffix(".json").unlink()  # first: it marks a checkpoint
+        Path(meta["weights"]).unlink(missing_ok=True)
+    if ahead:
+        print(f"[{run_id}] checkpoints of steps {', '.join(str(m['step']) for m in ahead)} are"
+              f" newer than the saved state of step {step}: training writes them again",
+              flush=True)  # fmt: skip
+
+
+def read_resume_step(run_dir: Path) -> int:
+    """The step of the newest resume state its sidecar records (0: none), for messages."""
+    for prev in (False, True):
+        try:
+            return int(json.loads(resume_sidecar(run_dir, prev).read_text())["step"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return 0
+
+
+def remove_temporaries(run_dir: Path) -> list[Path]:
+    """Remove what writes killed half-way left in a run folder (``atomic_path``'s temporary
+    files); only the folder's one writer, which holds its lease, may call this."""
+    leftovers = sorted(Path(run_dir).rglob(".*.tmp"))
+    for path in leftovers:
+        path.unlink(missing_ok=True)
+    return leftovers
 
 
 def discard_run_files(run_dir: Path) -> None:

@@ -1,8 +1,8 @@
 """Why a run stops before its budget: a signal, divergence, or a rule handed to the trainer.
 
-- ``StopRequested``: SIGTERM or SIGUSR1 (sent by SLURM before a walltime kill or on
-  preemption) becomes a flag checked between steps; the trainer saves the resume state at the
-  next step and exits with ``EXIT_INTERRUPTED``, so the retry resumes.
+- ``StopRequested``: SIGINT (Ctrl-C), SIGTERM or SIGUSR1 (sent by SLURM before a walltime
+  kill or on preemption) becomes a flag checked between steps; the trainer saves the resume
+  state at the next step and exits with ``EXIT_INTERRUPTED``, so the retry resumes.
 - ``DivergenceWatch``: a non-finite loss, or losses above the uniform prediction's for too
   long; ``Diverged``: a checkpoint would hold diverged weights.
 - ``StopRule``: decides at a checkpoint, from what lies in the run's folder, whether the run
@@ -28,15 +28,38 @@ class StopRule(Protocol):
 
 
 class StopRequested:
-    """Turns SIGTERM/SIGUSR1 into a flag checked between steps, so state is saved consistently."""
+    """Turns SIGINT (Ctrl-C), SIGTERM and SIGUSR1 into a flag checked between steps, so the
+    state is saved at a clean step. A second signal stops at once (``ForcedStop``): the run
+    resumes from its last saved state. A context manager: it gives the previous handlers
+    back."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
 
     def __init__(self):
         self.signum = None
-        for sig in (signal.SIGTERM, signal.SIGUSR1):
-            signal.signal(sig, self._handle)
+        self.previous = {}
+
+    def __enter__(self) -> StopRequested:
+        self.previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
 
     def _handle(self, signum, _frame):
+        if self.signum is not None:
+            raise ForcedStop(signum)
         self.signum = signum
+
+
+class ForcedStop(BaseException):
+    """A second signal: stop now, between any two bytecodes. Not an ``Exception``: nothing may
+    catch it on the way out but the trainer's own exit (temporary files go on the way)."""
+
+    def __init__(self, signum: int):
+        super().__init__(f"signal {int(signum)} again")
+        self.signum = int(signum)
 
 
 class Diverged(Exception):
