@@ -17,6 +17,7 @@ from ihsweep.config import ConfigError, complete
 from ihsweep.data import chunks, corpus, markov_chunks, markov_generator, natural
 from ihsweep.data import tokenizer as tk
 from ihsweep.data.chunks import open_chunks
+from ihsweep.io import DamagedFile
 from ihsweep.steps import chunk as chunk_step
 from ihsweep.steps import tokenize as tokenize_step
 
@@ -299,7 +300,7 @@ def test_open_chunks_rejects_a_file_that_disagrees_with_its_sidecar(small_corpus
     natural.chunk_tokens(base / "tok", 8, spec, base / "out")
     with open(base / "out" / "train.bin", "ab") as f:
         f.write(b"\0\0")
-    with pytest.raises(ValueError, match="train.bin"):
+    with pytest.raises(DamagedFile, match="train.bin"):
         open_chunks(base / "out", "train")
 
 

@@ -37,6 +37,7 @@ from ihsweep import cost, layout
 from ihsweep.analysis.emergence import run_point
 from ihsweep.config import complete, probe_key
 from ihsweep.data.chunks import open_chunks
+from ihsweep.io import DamagedFile
 from ihsweep.layout import PROGRESS_JSON
 from ihsweep.probing.run import probe_run
 from ihsweep.steps import train as train_command
@@ -882,7 +883,7 @@ def test_broken_data_raises_and_records_failed_with_the_cause(tmp_path, damage):
     else:
         size = (data / "train.bin").stat().st_size
         os.truncate(data / "train.bin", size - 10)  # a kill mid-write: part of a chunk gone
-        error, cause = ValueError, f"train.bin has {size - 10} bytes"
+        error, cause = DamagedFile, f"train.bin: {size - 10} bytes, its sidecar implies"
     spec = make_spec(steps=40, every=20)
     run_dir = tmp_path / "run"
     with pytest.raises(error, match=cause):

@@ -57,6 +57,8 @@ from ihsweep import layout
 from ihsweep.analysis.emergence import predicted_within
 from ihsweep.analysis.lawfit import predict_updates
 from ihsweep.config import Run, Study, StudyPaths, add_configfile, study_of_files
+from ihsweep.io import RERUN
+from ihsweep.layout import PROGRESS_JSON
 from ihsweep.training.checkpoints import list_checkpoints
 from ihsweep.training.progress import read_progress
 
@@ -72,6 +74,28 @@ def read_record(run_dir: Path) -> dict | None:
     it is written atomically, so that means the run has not finished)."""
     try:
         return json.loads((run_dir / layout.RUN_JSON).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def damaged_records(run_dir: Path, progress: dict, record: dict | None) -> tuple | None:
+    """(state, error) when the run's run.json or progress.json is there but unreadable: the
+    table shows that instead of failing. A damaged run.json is the train step's to rewrite;
+    progress.json is rewritten by the next training session anyway."""
+    if record is None and (run_dir / layout.RUN_JSON).exists():
+        fix = RERUN.format(step="train")
+        return "damaged", f"damaged run record {run_dir / layout.RUN_JSON}: unreadable; {fix}"
+    if not progress and (run_dir / PROGRESS_JSON).exists() and record is None:
+        path = run_dir / PROGRESS_JSON
+        fix = "the next training session rewrites it"
+        return "unknown", f"damaged progress record {path}: unreadable; {fix}"
+    return None
+
+
+def read_fit(path: Path) -> dict | None:
+    """The natural aggregate's law fit, None when there is none yet or it is unreadable."""
+    try:
+        return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
 
@@ -156,7 +180,7 @@ def status_table(study: Study, root: Path = Path("."), active_minutes: float = 5
     now = time.time()
     emergence = _emergence(root, study.name)
     lawfit = root / layout.aggregate_file("lawfit.json", layout.natural_dir(study.name))
-    fit = json.loads(lawfit.read_text()) if lawfit.exists() else None
+    fit = read_fit(lawfit)
     rows = []
     paths = StudyPaths(study)
     for run in study.runs:
@@ -177,6 +201,8 @@ def status_table(study: Study, root: Path = Path("."), active_minutes: float = 5
             row["error"] = failure(progress, paths.run_log("train", run), now)
         elif state == "diverged":
             row["error"] = divergence(record, progress)
+        if (damage := damaged_records(run_dir, progress, record)) is not None:
+            row.update(state=damage[0], error=damage[1])
         if run.id in emergence.index:
             observed = emergence.loc[run.id]
             row["emerged"] = bool(observed["emerged"])

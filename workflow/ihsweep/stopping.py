@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 
 import pandas as pd
 
 from ihsweep.analysis.emergence import replay_stop, run_point
 from ihsweep.config import Study, StudyPaths, add_configfile, study_of_files
+from ihsweep.io import DamagedFile, read_probe_table
 from ihsweep.status import read_record, run_outcome
 
 # A replayed point within this many decades of the reported one has not moved (float noise of
@@ -52,7 +54,7 @@ def replay_table(study: Study, margins: list[float], root: Path = Path(".")) -> 
         if outcome == "diverged":
             continue
         own_margin = (record["spec"].get("early_stop") or {}).get("margin_decades")
-        series = pd.read_parquet(table_path)
+        series = read_probe_table(table_path)
         reported = run_point(series, emergence)
         for margin in margins:
             replayable = outcome == "completed" or (own_margin is not None and margin <= own_margin)
@@ -115,7 +117,11 @@ def main(argv=None) -> int:
     parser.add_argument("--margins", type=float, nargs="+", default=[0.2, 0.3, 0.4, 0.5])
     parser.add_argument("--csv", type=Path, help="also write the per-run table as CSV")
     args = parser.parse_args(argv)
-    table = replay_table(study_of_files(args.configfile), args.margins)
+    try:
+        table = replay_table(study_of_files(args.configfile), args.margins)
+    except DamagedFile as err:  # a table to rewrite: its name and fix, not a traceback
+        print(err, file=sys.stderr)
+        return 1
     if table.empty:
         print("no run has both run.json and a model-level probe table yet")
         return 0

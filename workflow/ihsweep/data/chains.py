@@ -91,7 +91,6 @@ for bigram chains ``types.npy`` (int64 [V], the original token id of each chain 
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from pathlib import Path
@@ -99,7 +98,7 @@ from pathlib import Path
 import numpy as np
 
 from ihsweep.data.markov import stationary_distribution
-from ihsweep.io import atomic_path, write_json
+from ihsweep.io import RERUN, DamagedFile, atomic_path, read_json_file, write_json
 
 CHAIN_FORMAT = "ihsweep.markov.chain/1"
 CHAIN_JSON = "chain.json"
@@ -541,16 +540,25 @@ def write_chain(out_dir, P: np.ndarray, stationary: np.ndarray, meta: dict, type
 
 
 def load_chain(out_dir) -> tuple[np.ndarray, np.ndarray, dict]:
-    """Read a chain folder: (P float64 [V, V], stationary float64 [V], sidecar dict)."""
+    """Read a chain folder: (P float64 [V, V], stationary float64 [V], sidecar dict); a damaged
+    file raises ``DamagedFile`` (the chain step rewrites the folder)."""
     out = Path(out_dir)
     path = out / CHAIN_JSON
     if not path.is_file():
         raise FileNotFoundError(f"no {CHAIN_JSON} in {out_dir} (chain step not finished?)")
-    meta = json.loads(path.read_text())
-    P = np.load(out / meta["files"]["chain"], allow_pickle=False)
-    pi = np.load(out / meta["files"]["stationary"], allow_pickle=False)
+    remedy = RERUN.format(step="chain")
+    meta = read_json_file(path, "chain JSON", ("files", "vocab_size"), remedy)
+    arrays = []
+    for name in ("chain", "stationary"):
+        file = out / meta["files"][name]
+        try:
+            arrays.append(np.load(file, allow_pickle=False))
+        except (OSError, ValueError, EOFError) as err:
+            raise DamagedFile("chain file", file, f"unreadable ({err})", remedy) from err
+    P, pi = arrays
     if P.shape != (meta["vocab_size"],) * 2 or pi.shape != (meta["vocab_size"],):
-        raise ValueError(f"{out_dir}: array shapes disagree with vocab_size {meta['vocab_size']}")
+        problem = f"array shapes disagree with vocab_size {meta['vocab_size']}"
+        raise DamagedFile("chain file", out / meta["files"]["chain"], problem, remedy)
     return P, pi, meta
 
 

@@ -5,8 +5,8 @@ ihsweep.steps.chunk``) loads the chain folder written by :mod:`ihsweep.data.chai
 ``n_train_sequences`` and ``n_val_sequences`` length-C sequences with
 :func:`ihsweep.data.markov_generator.generate` (each split its own seed, derived from the
 dataset seed and C, so splits and context sizes never share a stream), and writes
-``train.bin``, ``val.bin`` and, last, ``chunks.json`` (:mod:`ihsweep.data.chunks`) with the
-requested and measured statistics (:data:`CHUNKS_KEYS`).
+``train.bin``, ``val.bin``, ``checksums.json`` and, last, ``chunks.json``
+(:mod:`ihsweep.data.chunks`) with the requested and measured statistics (:data:`CHUNKS_KEYS`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 
 from ihsweep.data import markov, markov_generator, markov_measure
 from ihsweep.data.chains import load_chain
-from ihsweep.data.chunks import CHUNKS_JSON, SPLITS, token_dtype
+from ihsweep.data.chunks import CHUNKS_JSON, SPLITS, token_dtype, write_checksums
 from ihsweep.io import atomic_path, write_json
 
 CHUNKS_FORMAT = "ihsweep.markov.chunks/1"
@@ -98,5 +98,6 @@ def make_chunks(spec: dict, chain_dir, context: int, out_dir) -> dict:
         },
         "seconds": seconds,
     }
+    write_checksums(out, meta)
     write_json(out / CHUNKS_JSON, meta)
     return meta

@@ -41,7 +41,6 @@ Every file is written to a temporary name in its directory and moved into place 
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import time
@@ -53,12 +52,27 @@ import tokenizers
 
 from ihsweep.data import corpus as corpus_mod
 from ihsweep.data import tokenizer as tok_mod
-from ihsweep.data.chunks import CHUNKS_JSON, SPLITS, open_array, token_dtype
-from ihsweep.io import atomic_path, write_json
+from ihsweep.data.chunks import (
+    CHUNKS_JSON,
+    SPLITS,
+    open_array,
+    read_chunks_meta,
+    token_dtype,
+    write_checksums,
+)
+from ihsweep.io import DamagedFile, atomic_path, file_sha256, read_json_file, write_json
 
 TOKENS_FORMAT = "ihsweep.natural.tokens/1"
 CHUNKS_FORMAT = "ihsweep.natural.chunks/1"
 TOKENS_JSON = "tokens.json"
+# The tokenize step rewrites a dataset's tokens bit for bit (tokens.json's timings aside); its
+# chunk folders and the runs trained on them rerun after it, and a finished run only rewrites
+# its run.json.
+RETOKENIZE = (
+    "remove it and rerun snakemake: the tokenize step rewrites the folder {folder} with the same"
+    " tokens, then its chunk folders and the runs trained on them rerun (a finished run resumes"
+    " at its end and only rewrites run.json)"
+)
 
 TOKENS_KEYS = {
     "format": "format tag, " + TOKENS_FORMAT,
@@ -357,6 +371,7 @@ def chunk_tokens(
             for k in ("source_sha256", "tokenizer_sha256", "tokens_sha256", "tokenizer_kind")
         },
     }
+    write_checksums(out, meta)
     write_json(out / CHUNKS_JSON, meta)
     return meta
 
@@ -417,7 +432,8 @@ def _write_split(
 
 def read_meta(directory: str | os.PathLike, kind: str | None = None) -> dict:
     """Read a sidecar: kind 'chunks' (chunks.json), 'tokens' (tokens.json), or None for whichever
-    exists (chunks first). The returned dict gets a 'dir' key, the directory it was read from."""
+    exists (chunks first). The returned dict gets a 'dir' key, the directory it was read from.
+    A damaged one raises ``DamagedFile`` with its fix."""
     directory = Path(directory)
     names = {"chunks": [CHUNKS_JSON], "tokens": [TOKENS_JSON], None: [CHUNKS_JSON, TOKENS_JSON]}
     if kind not in names:
@@ -425,17 +441,28 @@ def read_meta(directory: str | os.PathLike, kind: str | None = None) -> dict:
     for name in names[kind]:
         path = directory / name
         if path.is_file():
-            with open(path) as f:
-                meta = json.load(f)
+            if name == TOKENS_JSON:
+                remedy = RETOKENIZE.format(folder=directory)
+                meta = read_json_file(path, "tokens JSON", ("tokens_file", "dtype"), remedy)
+            else:
+                meta = read_chunks_meta(directory)
             meta["dir"] = str(directory)
             return meta
     raise FileNotFoundError(f"no {' or '.join(names[kind])} in {directory} (step not finished?)")
 
 
 def open_tokens(tokens_dir: str | os.PathLike) -> np.ndarray:
-    """The flat token stream of a tokenize output, read-only memmap [n_tokens]."""
+    """The flat token stream of a tokenize output, read-only memmap [n_tokens], checked against
+    the sha256 its sidecar records."""
     meta = read_meta(tokens_dir, "tokens")
-    return open_array(Path(tokens_dir) / meta["tokens_file"], meta["dtype"], (meta["n_tokens"],))
+    path = Path(tokens_dir) / meta["tokens_file"]
+    remedy = RETOKENIZE.format(folder=Path(tokens_dir))
+    stream = open_array(path, meta["dtype"], (meta["n_tokens"],), remedy)
+    recorded = meta.get("tokens_sha256")
+    if recorded is not None and file_sha256(path) != recorded:
+        problem = "sha256 mismatch (truncated or overwritten)"
+        raise DamagedFile("tokens file", path, problem, remedy)
+    return stream
 
 
 def open_copies(out_dir: str | os.PathLike, split: str) -> np.ndarray:

@@ -11,8 +11,11 @@ Columns (one row per checkpoint and head / per checkpoint):
 
 Each checkpoint's result is cached in ``probes/<probe key>/cache/step_XXXXXX.parquet`` beside
 the tables (outside the declared outputs, which Snakemake deletes before a rerun), keyed by the
-run spec and probe settings, so a run that gains checkpoints only probes the new ones, and the
-training job's early-stop probes are the probe step's.
+run spec, the probe settings and the checkpoint's weights hash, so a run that gains checkpoints
+only probes the new ones, the training job's early-stop probes are the probe step's, and a
+cache never stands in for other weights. Before any cache is used, the checkpoint's weights are
+verified against their recorded sha256, so a cache never hides a damaged checkpoint; a cache
+file that cannot be read is named in one line and recomputed.
 """
 
 from __future__ import annotations
@@ -27,10 +30,10 @@ import torch
 
 from ihsweep import layout
 from ihsweep.config import probe_key
-from ihsweep.io import holds_key, write_parquet
+from ihsweep.io import RERUN, DamagedFile, file_sha256, read_cached, read_json_file, write_parquet
 from ihsweep.probing.metrics import HEAD_MAXIMA, HEAD_SCORES
 from ihsweep.probing.scores import make_probe_batch, probe_model
-from ihsweep.training.checkpoints import list_checkpoints
+from ihsweep.training.checkpoints import list_checkpoints, verify_checkpoint
 from ihsweep.training.model import GPT, GPTConfig
 from ihsweep.training.weights import load_checkpoint_weights
 
@@ -58,8 +61,12 @@ RECORD_COLUMNS = ["budget", "outcome", "outcome_detail", "predicted_tokens"]
 
 
 def cache_key(ckpt: dict, probe: dict) -> str:
-    blob = json.dumps({"spec": ckpt["spec"], "step": ckpt["step"], "probe": probe}, sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    """The key of a checkpoint's cached probe: its run spec, step, weights and the probe
+    settings. A checkpoint from before the weights' checksums (no ``weights_sha256``) is keyed
+    by its weights file as it is now."""
+    weights = ckpt.get("weights_sha256") or file_sha256(ckpt["weights"])
+    blob = {"spec": ckpt["spec"], "step": ckpt["step"], "probe": probe, "weights": weights}
+    return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def probe_checkpoint(ckpt: dict, probe: dict, device: torch.device) -> pd.DataFrame:
@@ -95,26 +102,37 @@ def probe_run(
     device: torch.device,
     allow_empty: bool = False,
     memo: dict[str, pd.DataFrame] | None = None,
+    verify: bool = True,
 ) -> tuple[pd.DataFrame, ...]:
     """The heads and model tables of every checkpoint of the run (the cache's where it holds
     them); with ``allow_empty``, a run without checkpoints gives two empty tables. ``memo``
     (cache key -> frame) keeps the frames between calls of one process: training probes after
-    every checkpoint, and rereading every earlier cache file each time cost ~5% of a run."""
+    every checkpoint, and rereading every earlier cache file each time cost ~5% of a run.
+
+    ``verify`` checks the weights' sha256 of every checkpoint not in ``memo`` before anything
+    is read or written, so that a cache never hides a damaged checkpoint (a checkpoint in the
+    memo was verified when it entered it). ``verify=False`` leaves it to the checkpoints that
+    are probed (their weights are verified as they load)."""
     memo = {} if memo is None else memo
-    frames = []
     damaged = []
-    # The weights' checksums are checked where the weights are read (probe_checkpoint), not
-    # here: a cached checkpoint needs no read, and training probes after every checkpoint.
     checkpoints = list_checkpoints(run_dir, damaged, verify=False)
+    keys = [cache_key(ckpt, probe) for ckpt in checkpoints]
+    for ckpt, key in zip(checkpoints, keys, strict=True):
+        if verify and key not in memo and not damaged:
+            try:
+                verify_checkpoint(ckpt)
+            except DamagedFile as err:
+                damaged.append(err)
     if damaged:  # probing around a damaged checkpoint would leave a gap in the tables
         raise damaged[0]
     cache_dir = Path(layout.probe_dir(run_dir, probe_key(probe))) / "cache"
-    for ckpt in checkpoints:
-        cache = cache_dir / f"step_{ckpt['step']:06d}.parquet"
-        key = cache_key(ckpt, probe)
+    frames = []
+    for ckpt, key in zip(checkpoints, keys, strict=True):
         if key not in memo:
-            if holds_key(cache, key):
-                memo[key] = pd.read_parquet(cache)
+            cache = cache_dir / f"step_{ckpt['step']:06d}.parquet"
+            cached = read_cached(cache, key)  # a damaged cache is named and recomputed
+            if cached is not None:
+                memo[key] = cached
             else:
                 memo[key] = df = probe_checkpoint(ckpt, probe, device)
                 write_parquet(df, cache, key=key)
@@ -138,6 +156,12 @@ def probe_tables(frames: list[pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame
     heads = full[HEAD_COLUMNS].sort_values(["step", "layer", "head"], ignore_index=True)
     model = full.drop_duplicates("step")[MODEL_COLUMNS].sort_values("step", ignore_index=True)
     return heads, model
+
+
+def read_run_record(run_dir: Path) -> dict:
+    """The run's completion record (``run.json``), checked: the train step rewrites it."""
+    path = Path(run_dir) / layout.RUN_JSON
+    return read_json_file(path, "run record", ("spec",), RERUN.format(step="train"))
 
 
 def with_run_record(model: pd.DataFrame, record: dict) -> pd.DataFrame:

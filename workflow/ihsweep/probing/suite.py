@@ -177,7 +177,7 @@ def probe_suite(
     import torch
     from safetensors import SafetensorError
 
-    from ihsweep.io import holds_key, write_parquet
+    from ihsweep.io import read_cached, write_parquet
     from ihsweep.probing.hf import load_revision, probe_hf
     from ihsweep.probing.run import probe_tables
 
@@ -189,8 +189,9 @@ def probe_suite(
     for revision in revisions:
         cache = Path(cache_dir) / f"{revision}.parquet"
         key = cache_key(suite, revision, vocab_size, probe)
-        if holds_key(cache, key):
-            frames.append(pd.read_parquet(cache))
+        cached = read_cached(cache, key)  # a damaged cache is named and recomputed
+        if cached is not None:
+            frames.append(cached)
             continue
         source, git_revision = revision_source(suite, revision, base_dir)
         try:

@@ -32,7 +32,6 @@ report defines for its results, by file name).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
@@ -43,8 +42,10 @@ import pandas as pd
 from ihsweep import layout
 from ihsweep.analysis import frontier
 from ihsweep.analysis.markov import SETTING_KEYS
-from ihsweep.io import atomic_path
+from ihsweep.io import RERUN, atomic_path, read_json_file
 from ihsweep.report.tables import left_out
+
+REWRITE_AGGREGATE = RERUN.format(step="aggregate")
 
 # The paper's results (Aoyama, Wilcox and Schneider, arXiv 2511.16893; SPEC sections 3-4): the
 # only findings not computed from this study's tables.
@@ -444,7 +445,7 @@ def _fr_cells(table: pd.DataFrame) -> pd.DataFrame:
 def natural_findings(folder: str | Path) -> str:
     """Experiment 1's findings from the natural aggregate's cached tables in ``folder``."""
     folder = Path(folder)
-    fit = json.loads((folder / "lawfit.json").read_text())
+    fit = read_json_file(folder / "lawfit.json", "law fit", remedy=REWRITE_AGGREGATE)
     emergence = pd.read_csv(folder / "emergence.csv")
     return law_findings(fit, emergence) + "\n"
 
@@ -454,7 +455,7 @@ def markov_findings(folder: str | Path) -> str:
     folder = Path(folder)
     runs = pd.read_csv(folder / "emergence.csv")
     cells = pd.read_csv(folder / "cells.csv")
-    fronts = json.loads((folder / "frontier.json").read_text())
+    fronts = read_json_file(folder / "frontier.json", "frontier", remedy=REWRITE_AGGREGATE)
     sections = [frontier_findings(runs, cells, fronts), property_findings(runs)]
     return "\n\n".join(sections) + "\n"
 

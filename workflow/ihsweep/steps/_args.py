@@ -1,11 +1,32 @@
-"""What every step's command line shares: JSON specs on the command line, execution flags."""
+"""What every step's command line shares: JSON specs on the command line, execution flags, and
+how a step fails on a damaged file (``reports_damage``)."""
 
 from __future__ import annotations
 
 import argparse
+import functools
+import sys
+from collections.abc import Callable
 
 from ihsweep.config import complete
-from ihsweep.io import json_arg
+from ihsweep.io import DamagedFile, json_arg
+
+
+def reports_damage(main: Callable[..., int]) -> Callable[..., int]:
+    """A step's ``main`` that, when a file it reads is damaged (``DamagedFile``), prints the
+    one line that names the file and its fix to stderr and returns 1: the file is to rewrite,
+    not a bug to debug, so the job's log gets no traceback. The steps check what they read
+    before they write, so a failing step leaves every file as it found it."""
+
+    @functools.wraps(main)
+    def wrapped(*args, **kwargs) -> int:
+        try:
+            return main(*args, **kwargs)
+        except DamagedFile as err:
+            print(err, file=sys.stderr, flush=True)
+            return 1
+
+    return wrapped
 
 
 def parser(rule: str, description: str) -> argparse.ArgumentParser:

@@ -21,7 +21,6 @@ Reads the chunk sidecars of the runs' datasets (``--chunk-metas``, each in its
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
@@ -31,8 +30,9 @@ from ihsweep.analysis import frontier
 from ihsweep.analysis.emergence import emergence_table
 from ihsweep.analysis.markov import SETTING_KEYS, generator_table, run_table, setting_cells
 from ihsweep.config import complete
+from ihsweep.data.chunks import read_chunks_json
 from ihsweep.figures import markov as figures
-from ihsweep.io import atomic_path, json_arg, write_json
+from ihsweep.io import atomic_path, json_arg, read_probe_table, write_json
 from ihsweep.provenance import write_provenance
 from ihsweep.report import findings
 from ihsweep.report.tables import markov_emergence, write_page
@@ -43,11 +43,12 @@ def chunk_metas(paths: list[Path]) -> dict[tuple[str, int], dict]:
     """{(dataset, C): chunks.json} of ``layout.chunk_dir`` files, named by their folders."""
     metas = {}
     for path in paths:
-        meta = json.loads(path.read_text())
+        meta = read_chunks_json(path, required=("context",))
         metas[(layout.unkeyed(path.parent.parent.name), int(meta["context"]))] = meta
     return metas
 
 
+@_args.reports_damage
 def main(argv: list[str] | None = None) -> int:
     p = _args.parser("aggregate_markov", "Emergence per Markov run, the (f, r) frontier, figures.")
     p.add_argument("--model-tables", nargs="+", required=True, type=Path, help="probe tables")
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     def path(name: str) -> Path:
         return Path(layout.aggregate_file(name, out))
 
-    model_table = pd.concat([pd.read_parquet(t) for t in args.model_tables], ignore_index=True)
+    model_table = pd.concat(map(read_probe_table, args.model_tables), ignore_index=True)
     unknown = sorted(set(model_table["data"]) - set(datasets))
     if unknown:
         raise SystemExit(f"runs on datasets missing from --datasets: {unknown}")

@@ -25,12 +25,13 @@ from ihsweep.analysis.emergence import emergence_table
 from ihsweep.analysis.lawfit import fit_law, fit_table
 from ihsweep.config import complete
 from ihsweep.figures import natural as figures
-from ihsweep.io import atomic_path, write_json
+from ihsweep.io import atomic_path, read_probe_table, write_json
 from ihsweep.provenance import write_provenance
 from ihsweep.report import findings, tables
 from ihsweep.steps import _args
 
 
+@_args.reports_damage
 def main(argv: list[str] | None = None) -> int:
     p = _args.parser("aggregate_natural", "Emergence per run, the law fit, and figures.")
     p.add_argument("--model-tables", nargs="+", required=True, type=Path, help="probe tables")
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     def path(name: str) -> Path:
         return Path(layout.aggregate_file(name, out))
 
-    model_table = pd.concat([pd.read_parquet(t) for t in args.model_tables], ignore_index=True)
+    model_table = pd.concat(map(read_probe_table, args.model_tables), ignore_index=True)
     emergence = emergence_table(model_table, spec)
     fit = fit_law(emergence, fit_spec["bootstrap"], fit_spec["seed"], fit_spec["model"])
 

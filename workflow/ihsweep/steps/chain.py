@@ -15,6 +15,7 @@ from ihsweep.data.chains import build_bigram, build_synthetic
 from ihsweep.steps import _args
 
 
+@_args.reports_damage
 def main(argv: list[str] | None = None) -> int:
     p = _args.parser("chain", "Build the Markov chain of a bigram or synthetic Markov entry.")
     _args.add_spec(p, "--spec", "datasets.<name>.chain")

@@ -16,6 +16,7 @@ from ihsweep.data.natural import chunk_tokens
 from ihsweep.steps import _args
 
 
+@_args.reports_damage
 def main(argv: list[str] | None = None) -> int:
     p = _args.parser("chunk", "Cut or draw the train/val chunks of a dataset at one C.")
     _args.add_spec(p, "--spec", "datasets.<name>")

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from ihsweep.export import export_checkpoint, find_checkpoint
 from ihsweep.steps import _args
-from ihsweep.training.checkpoints import DamagedFile
 
 
+@_args.reports_damage
 def main(argv: list[str] | None = None) -> int:
     p = _args.parser("export", "Export one checkpoint of a run as a Hugging Face GPT-2 folder.")
     p.add_argument(
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         meta = find_checkpoint(args.checkpoint, args.step)
         out = export_checkpoint(meta, args.out_dir)
-    except (DamagedFile, FileNotFoundError, FileExistsError, ValueError) as err:
+    except (FileNotFoundError, FileExistsError, ValueError) as err:
         print(err, file=sys.stderr)  # a missing step, a damaged file: its name, not a traceback
         return 1
     print(f"exported step {meta['step']} of {meta.get('run_id', '?')} to {out}")

@@ -7,21 +7,18 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 
 import torch
 
 from ihsweep.config import complete
 from ihsweep.io import write_parquet
-from ihsweep.layout import RUN_JSON
-from ihsweep.probing.run import probe_run, with_run_record
+from ihsweep.probing.run import probe_run, read_run_record, with_run_record
 from ihsweep.steps import _args
-from ihsweep.training.checkpoints import DamagedFile
 from ihsweep.training.execution import pick_device
 
 
+@_args.reports_damage
 def main(argv: list[str] | None = None) -> int:
     p = _args.parser("probe", "Probe every checkpoint of a run into its two tables.")
     p.add_argument("--run-dir", required=True, type=Path, help="run folder with ckpt/")
@@ -33,13 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     execution = _args.execution(args)
     torch.set_num_threads(execution["threads"])
     probe = complete("probe", args.probe)
-    record = json.loads((args.run_dir / RUN_JSON).read_text())
+    record = read_run_record(args.run_dir)
     diverged = record.get("outcome") == "diverged"
-    try:
-        heads, model = probe_run(args.run_dir, probe, pick_device(execution["device"]), diverged)
-    except DamagedFile as err:  # a file to rewrite, not a bug: its name, not a traceback
-        print(err, file=sys.stderr)
-        return 1
+    heads, model = probe_run(args.run_dir, probe, pick_device(execution["device"]), diverged)
     model = with_run_record(model, record)
     write_parquet(heads, args.heads)
     write_parquet(model, args.model_table)

@@ -23,6 +23,7 @@ from ihsweep.steps import _args
 from ihsweep.training.execution import pick_device
 
 
+@_args.reports_damage
 def main(argv: list[str] | None = None) -> int:
     p = _args.parser("probe_suite", "Probe every revision of a checkpoint suite.")
     p.add_argument("--name", required=True, help="the suite's name (a key of `suites`)")

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
-
 from ihsweep.analysis.emergence import run_point
 from ihsweep.config import complete
 from ihsweep.figures.run import plot_run
+from ihsweep.io import read_probe_table
 from ihsweep.layout import PROBE_TABLES
 from ihsweep.provenance import write_provenance
 from ihsweep.steps import _args
 
 
+@_args.reports_damage
 def main(argv: list[str] | None = None) -> int:
     p = _args.parser("run_figure", "One run's probe curves and per-head heat map.")
     p.add_argument("--probes", required=True, type=Path, help="a run's probes/ folder")
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-sha256", help="the run's hash (ihsweep.provenance), for provenance.json")
     args = p.parse_args(argv)
     spec = complete("emergence", args.emergence)
-    heads, model = (pd.read_parquet(args.probes / f"{name}.parquet") for name in PROBE_TABLES)
+    heads, model = (read_probe_table(args.probes / f"{name}.parquet") for name in PROBE_TABLES)
     paths = plot_run(model, heads, run_point(model, spec), spec["metric"], args.out)
     run_ids = model["run_id"].unique()
     written = [p.name for p in paths]

@@ -13,6 +13,7 @@ from ihsweep.data.natural import tokenize_corpus
 from ihsweep.steps import _args
 
 
+@_args.reports_damage
 def main(argv: list[str] | None = None) -> int:
     p = _args.parser("tokenize", "Tokenize a natural-text corpus into tokens.bin + tokens.json.")
     _args.add_spec(p, "--spec", "datasets.<name>")

@@ -26,27 +26,14 @@ import hashlib
 import json
 from pathlib import Path
 
+from ihsweep.io import DamagedFile, file_sha256
+
+__all__ = ["DamagedFile", "file_sha256"]  # their home is ihsweep.io; imported from here too
+
+# Training again from the newest good state before a damaged checkpoint rewrites it with the
+# same bits (ihsweep.training.resume); `snakemake --forcerun <run.json>` does it for a finished
+# run (docs/architecture.md, "Damaged files").
 REWRITE_CHECKPOINT = "rerun the run's train job to rewrite it"
-
-
-class DamagedFile(Exception):
-    """A checkpoint or resume state that cannot be trusted: ``path`` (the file at fault),
-    ``problem`` (what is wrong), ``step`` (whose step it was, when known) and ``files`` (every
-    file of that checkpoint or state, which a rewrite replaces)."""
-
-    def __init__(self, kind: str, path: Path, problem: str, remedy: str, step: int | None,
-                 files: tuple[Path, ...]):  # fmt: skip
-        self.kind, self.path, self.problem, self.step = kind, Path(path), problem, step
-        self.files = tuple(Path(f) for f in files)
-        super().__init__(f"damaged {kind} {path}: {problem}; {remedy}")
-
-
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 # --------------------------------------------------------------------------------------------
