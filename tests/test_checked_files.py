@@ -93,7 +93,7 @@ def test_a_damaged_shard_is_named_before_training_and_regenerated(how, tmp_path,
     with pytest.raises(DamagedFile) as err:
         open_chunks(data, "train")
     line = one_line(f"{err.value}\n", data / "train.bin")
-    assert f"remove the folder {data} and rerun snakemake: the chunk step rewrites it" in line
+    assert f"remove the folder {data} and run `snakemake {data}/chunks.json`" in line
     with pytest.raises(DamagedFile):  # the trainer refuses it before any update
         train(make_spec(steps=4, every=2), data, tmp_path / "run", **CPU)
     assert not (tmp_path / "run" / "ckpt").exists()
@@ -212,7 +212,7 @@ def test_a_damaged_run_record_is_named_by_the_probe_step(how, probed, tmp_path, 
     capsys.readouterr()
     assert probe.main(probe_argv(root)) == 1
     line = one_line(capsys.readouterr().err, record)
-    assert "remove it and rerun snakemake: the train step rewrites it" in line
+    assert f"remove it and run `snakemake {record}`, then `snakemake`: the train step" in line
     assert not (root / "model.parquet").exists()
     assert damaged_records(root / "run", {}, None)[0] == "damaged"  # status shows it
 
@@ -241,7 +241,7 @@ def test_a_damaged_probe_table_fails_its_readers_in_one_line(name, how, probed, 
     figure = ["--probes", str(probes), "--out", str(root / "figures" / "run")]
     assert run_figure.main(figure) == 1
     line = one_line(capsys.readouterr().err, table)
-    assert "remove it and rerun snakemake: the probe step rewrites it" in line
+    assert f"remove it and run `snakemake {table}`, then `snakemake`: the probe step" in line
     assert not (root / "figures").exists()
     if name == "model":
         out = root / "natural"

@@ -23,8 +23,10 @@ from pathlib import Path
 
 import pandas as pd
 
-# The fix of a file that its own step recomputes: remove it, and Snakemake reruns that step.
-RERUN = "remove it and rerun snakemake: the {step} step rewrites it"
+# The fix of a file that its own step recomputes. Snakemake rebuilds a missing file only when it
+# is needed: as a target, or below an output that is out of date; so the fix names it as the
+# target, and the second run brings what was made from it up to date.
+RERUN = "remove it and run `snakemake {path}`, then `snakemake`: the {step} step rewrites it"
 
 
 class DamagedFile(Exception):
@@ -73,7 +75,7 @@ def read_table(
 def read_probe_table(path: str | os.PathLike, columns: tuple[str, ...] = ()) -> pd.DataFrame:
     """A run's heads or model table (``ihsweep.probing.run``), checked: the steps downstream of
     the probe step read it through here."""
-    return read_table(path, "probe table", columns, RERUN.format(step="probe"))
+    return read_table(path, "probe table", columns, RERUN.format(path=path, step="probe"))
 
 
 def read_json_file(

@@ -83,7 +83,7 @@ def damaged_records(run_dir: Path, progress: dict, record: dict | None) -> tuple
     table shows that instead of failing. A damaged run.json is the train step's to rewrite;
     progress.json is rewritten by the next training session anyway."""
     if record is None and (run_dir / layout.RUN_JSON).exists():
-        fix = RERUN.format(step="train")
+        fix = RERUN.format(path=run_dir / layout.RUN_JSON, step="train")
         return "damaged", f"damaged run record {run_dir / layout.RUN_JSON}: unreadable; {fix}"
     if not progress and (run_dir / PROGRESS_JSON).exists() and record is None:
         path = run_dir / PROGRESS_JSON

@@ -546,7 +546,7 @@ def load_chain(out_dir) -> tuple[np.ndarray, np.ndarray, dict]:
     path = out / CHAIN_JSON
     if not path.is_file():
         raise FileNotFoundError(f"no {CHAIN_JSON} in {out_dir} (chain step not finished?)")
-    remedy = RERUN.format(step="chain")
+    remedy = RERUN.format(path=path, step="chain")
     meta = read_json_file(path, "chain JSON", ("files", "vocab_size"), remedy)
     arrays = []
     for name in ("chain", "stationary"):

@@ -29,12 +29,13 @@ CHUNKS_JSON = "chunks.json"
 CHECKSUMS_JSON = "checksums.json"
 SPLITS = ("train", "val")
 CHUNKS_KEYS = ("context", "vocab_size", "dtype", "n_train", "n_val", "files")
-# The chunk step rewrites a dataset folder bit for bit; the runs trained on it are rerun too
-# (chunks.json is their input and is newer), and a finished run only rewrites its run.json.
+# The chunk step rewrites a dataset folder bit for bit; Snakemake rebuilds it only as a target
+# (or below an out-of-date output), and then reruns the runs trained on it (their input
+# chunks.json is newer): a finished run resumes at its end and only rewrites run.json.
 REGENERATE = (
-    "remove the folder {folder} and rerun snakemake: the chunk step rewrites it with the same"
-    " bits, then the runs trained on it rerun (a finished run resumes at its end and only"
-    " rewrites run.json)"
+    "remove the folder {folder} and run `snakemake {folder}/chunks.json`, then `snakemake`: the"
+    " chunk step rewrites it with the same bits, and the runs trained on it rerun (a finished"
+    " run resumes at its end and only rewrites run.json)"
 )
 
 

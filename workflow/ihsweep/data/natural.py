@@ -66,12 +66,12 @@ TOKENS_FORMAT = "ihsweep.natural.tokens/1"
 CHUNKS_FORMAT = "ihsweep.natural.chunks/1"
 TOKENS_JSON = "tokens.json"
 # The tokenize step rewrites a dataset's tokens bit for bit (tokens.json's timings aside); its
-# chunk folders and the runs trained on them rerun after it, and a finished run only rewrites
-# its run.json.
+# chunk folders and the runs trained on them rerun after it (their inputs are newer), and a
+# finished run only rewrites its run.json.
 RETOKENIZE = (
-    "remove it and rerun snakemake: the tokenize step rewrites the folder {folder} with the same"
-    " tokens, then its chunk folders and the runs trained on them rerun (a finished run resumes"
-    " at its end and only rewrites run.json)"
+    "remove it and run `snakemake {folder}/tokens.json`, then `snakemake`: the tokenize step"
+    " rewrites the folder {folder} with the same tokens, then its chunk folders and the runs"
+    " trained on them rerun (a finished run resumes at its end and only rewrites run.json)"
 )
 
 TOKENS_KEYS = {

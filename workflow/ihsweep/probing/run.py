@@ -161,7 +161,7 @@ def probe_tables(frames: list[pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame
 def read_run_record(run_dir: Path) -> dict:
     """The run's completion record (``run.json``), checked: the train step rewrites it."""
     path = Path(run_dir) / layout.RUN_JSON
-    return read_json_file(path, "run record", ("spec",), RERUN.format(step="train"))
+    return read_json_file(path, "run record", ("spec",), RERUN.format(path=path, step="train"))
 
 
 def with_run_record(model: pd.DataFrame, record: dict) -> pd.DataFrame:

@@ -45,8 +45,6 @@ from ihsweep.analysis.markov import SETTING_KEYS
 from ihsweep.io import RERUN, atomic_path, read_json_file
 from ihsweep.report.tables import left_out
 
-REWRITE_AGGREGATE = RERUN.format(step="aggregate")
-
 # The paper's results (Aoyama, Wilcox and Schneider, arXiv 2511.16893; SPEC sections 3-4): the
 # only findings not computed from this study's tables.
 PAPER = MappingProxyType(
@@ -445,7 +443,8 @@ def _fr_cells(table: pd.DataFrame) -> pd.DataFrame:
 def natural_findings(folder: str | Path) -> str:
     """Experiment 1's findings from the natural aggregate's cached tables in ``folder``."""
     folder = Path(folder)
-    fit = read_json_file(folder / "lawfit.json", "law fit", remedy=REWRITE_AGGREGATE)
+    path = folder / "lawfit.json"
+    fit = read_json_file(path, "law fit", remedy=RERUN.format(path=path, step="aggregate"))
     emergence = pd.read_csv(folder / "emergence.csv")
     return law_findings(fit, emergence) + "\n"
 
@@ -455,7 +454,8 @@ def markov_findings(folder: str | Path) -> str:
     folder = Path(folder)
     runs = pd.read_csv(folder / "emergence.csv")
     cells = pd.read_csv(folder / "cells.csv")
-    fronts = read_json_file(folder / "frontier.json", "frontier", remedy=REWRITE_AGGREGATE)
+    path = folder / "frontier.json"
+    fronts = read_json_file(path, "frontier", remedy=RERUN.format(path=path, step="aggregate"))
     sections = [frontier_findings(runs, cells, fronts), property_findings(runs)]
     return "\n\n".join(sections) + "\n"
 
