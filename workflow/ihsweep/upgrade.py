@@ -210,14 +210,17 @@ class Upgrade:
 
     def probes(self, folder: Path, checkpoints: list[dict], new: str, run: Run) -> bool:
         """Move a run's probe cache and, when it agrees, its tables; whether they moved."""
-        from ihsweep.probing.run import cache_key
+        from ihsweep.probing.run import cache_key, settings_key
 
         probe, cache = self.study.config["probe"], folder / "probes" / "cache"
         target = layout.probe_dir(new, self.paths.probe_key)
         if not cache.is_dir():
             return False
         agreed = all(
-            holds_key(cache / f"step_{ckpt['step']:06d}.parquet", cache_key(ckpt, probe))
+            any(
+                holds_key(cache / f"step_{ckpt['step']:06d}.parquet", key(ckpt, probe))
+                for key in (cache_key, settings_key)
+            )
             for ckpt in checkpoints
         )
         tables = [folder / "probes" / f"{name}.parquet" for name in layout.PROBE_TABLES]

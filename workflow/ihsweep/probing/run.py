@@ -69,6 +69,14 @@ def cache_key(ckpt: dict, probe: dict) -> str:
     return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def settings_key(ckpt: dict, probe: dict) -> str:
+    """The key a cached probe had before the weights joined it: run spec, step and probe
+    settings. A results/ laid out by names holds such caches; ``ihsweep.upgrade`` accepts it
+    as agreement, and the first probe run afterwards rewrites the cache under ``cache_key``."""
+    blob = {"spec": ckpt["spec"], "step": ckpt["step"], "probe": probe}
+    return hashlib.sha256(json.dumps(blob, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def probe_checkpoint(ckpt: dict, probe: dict, device: torch.device) -> pd.DataFrame:
     """Heads table of one checkpoint, with the model-level numbers repeated on every row."""
     spec = ckpt["spec"]
