@@ -8,15 +8,20 @@ refuses in one line that names the holder: host, pid and SLURM job id.
 
 On a cluster's shared filesystem a process on another node cannot be checked, so a lease lives
 as long as it is renewed: a holder that died (kill -9, a lost node) blocks the folder for at
-most ``expire_seconds`` after its last renewal. On the holder's own host a dead pid is seen at
-once, so a job killed on a workstation is taken over by the next start without waiting.
+most ``expire_seconds`` after its last renewal; a training job that finds such a lease waits
+that long once (a retry after an OOM kill on a node starts by itself) and refuses if it was
+renewed meanwhile. On the holder's own host a dead pid is seen at once, so a job killed on a
+workstation is taken over by the next start without waiting, and a live one is refused at once.
 
 The protocol needs only atomic create (``O_EXCL``) and atomic rename, which NFS and Lustre
 provide. A lease is created with ``O_EXCL``; an expired one is moved aside under a unique name
 before it is replaced, and put back if what was moved aside turns out to be a fresh lease of
 another job (two jobs taking over the same expired lease at the same moment). A holder that finds
 its lease gone or someone else's at a renewal (it was paused for longer than the expiry) has
-lost it: ``lost`` says why, and the trainer stops without writing anything more.
+lost it: ``lost`` says why, and the trainer stops without writing anything more. The trainer
+asks ``check`` after every update and before its completion record: a holder whose renewals
+are overdue (its process was frozen) renews there first, so it learns of a takeover before it
+writes, not a renewal later.
 """
 
 from __future__ import annotations
@@ -94,16 +99,26 @@ def read_holder(path: Path) -> Holder | None:
 
 class RunLease:
     """The lease of one folder: ``acquire`` it, ``release`` it; ``lost`` is set (the reason) when
-    a renewal finds it taken over."""
+    a renewal finds it taken over. With ``wait_for_expiry``, a lease held from another host is
+    waited out once: a job retried after its holder was killed there (SLURM's OOM kill, a lost
+    node) starts when that lease expires, and one renewed meanwhile is refused."""
 
-    def __init__(self, folder: str | os.PathLike, renew_seconds: float = RENEW_SECONDS,
-                 expire_seconds: float = EXPIRE_SECONDS):  # fmt: skip
+    def __init__(
+        self,
+        folder: str | os.PathLike,
+        renew_seconds: float = RENEW_SECONDS,
+        expire_seconds: float = EXPIRE_SECONDS,
+        wait_for_expiry: bool = False,
+    ):
         if not 0 < renew_seconds < expire_seconds:
             raise ValueError("a lease must be renewed more often than it expires")
         self.path = Path(folder) / LEASE_JSON
         self.renew_seconds, self.expire_seconds = renew_seconds, expire_seconds
+        self.wait_for_expiry = wait_for_expiry
         self.token = uuid.uuid4().hex
         self.lost: str | None = None
+        self._renewed_at = 0.0  # time.monotonic() of this job's last write of the lease
+        self._renewing = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -115,6 +130,7 @@ class RunLease:
     def acquire(self) -> RunLease:
         """Take the lease, or raise ``LeaseHeld`` naming the live holder."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        waited = not self.wait_for_expiry
         for _ in range(20):  # each turn either succeeds or found a lease that changed meanwhile
             if self._create():
                 self._start_renewing()
@@ -127,12 +143,24 @@ class RunLease:
                     time.sleep(0.05)  # being written right now
                 continue
             if not (holder.expired(time.time()) or holder.dead_here()):
-                raise LeaseHeld(self._held_message(holder))
+                if waited or holder.host == socket.gethostname():  # a live process here
+                    raise LeaseHeld(self._held_message(holder))
+                self._wait_out(holder)
+                waited = True
+                continue
             self._move_aside(holder)
         raise LeaseHeld(
             f"{self.path} could not be taken: it is unreadable or kept changing hands (an"
             f" unreadable lease counts as stale {self.expire_seconds:.0f} s after it was written)"
         )
+
+    def check(self) -> str | None:
+        """Why this job no longer holds the lease (None: it does). Called before a job writes:
+        a job that was paused (a frozen node, SIGSTOP) past its renewals renews first, and
+        finds out whether another job has taken the folder meanwhile."""
+        if self.lost is None and time.monotonic() - self._renewed_at > 2 * self.renew_seconds:
+            self._renew()
+        return self.lost
 
     def release(self) -> None:
         """Stop renewing and remove the lease if it is still this job's."""
@@ -156,6 +184,7 @@ class RunLease:
             return False
         with os.fdopen(fd, "w") as f:
             json.dump(asdict(self.record()), f)
+        self._renewed_at = time.monotonic()
         return True
 
     def _half_written_and_stale(self) -> bool:
@@ -184,6 +213,17 @@ class RunLease:
             pass
         aside.unlink(missing_ok=True)
 
+    def _wait_out(self, holder: Holder) -> None:
+        """Sleep until ``holder``'s lease expires, unless it is renewed."""
+        left = holder.renewed + holder.expire_seconds - time.time()
+        print(f"{self.path.parent} is leased by {holder.describe()}, which cannot be checked from"
+              f" here: waiting {left:.0f} s for the lease to expire", flush=True)  # fmt: skip
+        deadline = time.monotonic() + left + 0.1
+        while (wait := deadline - time.monotonic()) > 0:
+            time.sleep(min(wait, holder.expire_seconds / 12))
+            if read_holder(self.path) != holder:  # renewed, released or taken: look again
+                return
+
     def _held_message(self, holder: Holder) -> str:
         age = time.time() - holder.renewed
         left = holder.expire_seconds - age
@@ -203,12 +243,16 @@ class RunLease:
                 return
 
     def _renew(self) -> bool:
-        holder = read_holder(self.path)
-        if holder is None or holder.token != self.token:
-            who = "removed" if holder is None else f"taken over by {holder.describe()}"
-            self.lost = f"the lease of {self.path.parent} was {who}"
-            return False
-        tmp = self.path.with_name(f".{LEASE_JSON}.{self.token}.tmp")
-        tmp.write_text(json.dumps(asdict(self.record())))
-        os.replace(tmp, self.path)
-        return True
+        with self._renewing:  # the thread's renewals and check()'s
+            if self.lost is not None:
+                return False
+            holder = read_holder(self.path)
+            if holder is None or holder.token != self.token:
+                who = "removed" if holder is None else f"taken over by {holder.describe()}"
+                self.lost = f"the lease of {self.path.parent} was {who}"
+                return False
+            tmp = self.path.with_name(f".{LEASE_JSON}.{self.token}.tmp")
+            tmp.write_text(json.dumps(asdict(self.record())))
+            os.replace(tmp, self.path)
+            self._renewed_at = time.monotonic()
+            return True

@@ -107,7 +107,7 @@ def train(
             f"run {spec['run_id']}: its spec stops early (early_stop) but no stop rule was given;"
             " pass stop_rule=ihsweep.early_stop.stop_rule_of(spec)"
         )
-    lease = RunLease(run_dir, lease_seconds / 6, lease_seconds)
+    lease = RunLease(run_dir, lease_seconds / 6, lease_seconds, wait_for_expiry=True)
     with StopRequested() as signals, lease:
         for path in remove_temporaries(run_dir):
             print(f"[{spec['run_id']}] removed {path}, left by a write that was killed", flush=True)
@@ -246,8 +246,8 @@ class Trainer:
         """Log, report, checkpoint and stop as the schedule and the stops say after an update;
         returns the run's summary when it ends here, {} when it stopped at stop_after_step."""
         step, schedule = self.step, self.schedule
-        if self.lease.lost:
-            raise LeaseLost(f"{self.lease.lost} at step {step}: this job stops here")
+        if lost := self.lease.check():
+            raise LeaseLost(f"{lost} at step {step}: this job stops here")
         log_row, line_due = schedule.logs(step), self.progress.due(step, schedule.total_steps)
         interrupted = self.interruption()
         diverged = None
@@ -365,8 +365,8 @@ class Trainer:
     def finish(self, outcome: str, detail: str = "") -> dict:
         """Write the completion record ``run.json`` of a run that ended (``outcome``: completed,
         stopped_early or diverged, ``outcome_detail`` says why) and its last progress record."""
-        if self.lease.lost:
-            raise LeaseLost(f"{self.lease.lost}: this job stops without recording the run")
+        if lost := self.lease.check():
+            raise LeaseLost(f"{lost}: this job stops without recording the run")
         # Their steps and losses: the start of the job checked the weights' checksums already.
         checkpoints = list_checkpoints(self.run_dir, verify=False)
         summary = self.summary(outcome, detail, [m["step"] for m in checkpoints])
