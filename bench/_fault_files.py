@@ -197,9 +197,10 @@ def cases() -> dict[str, Case]:
     def figure_outputs(w: Path) -> list[str]:
         return [str(Path(figure(w)).parent) + "/"]
 
-    def regenerate(w: Path) -> list:  # the documented fix: remove the folder, target it
+    def regenerate(w: Path) -> list:  # remove the folder, target it, rerun what failed
         folder = one(w, chunk_dir)
-        return [folder, [rel(w, folder) + "/chunks.json"], []]
+        record = rel(w, one(w, run)) + "/run.json"  # gone: the failed job's output
+        return [folder, [rel(w, folder) + "/chunks.json"], ["--forcerun", record]]
 
     def rewrite(pattern: str) -> Callable[[Path], list]:  # remove it, target it, rerun
         return lambda w: [one(w, pattern), [rel(w, one(w, pattern))], []]

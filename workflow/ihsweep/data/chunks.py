@@ -31,11 +31,13 @@ SPLITS = ("train", "val")
 CHUNKS_KEYS = ("context", "vocab_size", "dtype", "n_train", "n_val", "files")
 # The chunk step rewrites a dataset folder bit for bit; Snakemake rebuilds it only as a target
 # (or below an out-of-date output), and then reruns the runs trained on it (their input
-# chunks.json is newer): a finished run resumes at its end and only rewrites run.json.
+# chunks.json is newer): a finished run resumes at its end and only rewrites run.json. The
+# command that failed runs again as it was: a forced job's output is gone, and Snakemake
+# remakes a missing file below present outputs only when asked for it.
 REGENERATE = (
-    "remove the folder {folder} and run `snakemake {folder}/chunks.json`, then `snakemake`: the"
-    " chunk step rewrites it with the same bits, and the runs trained on it rerun (a finished"
-    " run resumes at its end and only rewrites run.json)"
+    "remove the folder {folder} and run `snakemake {folder}/chunks.json`, then the snakemake"
+    " command that failed again: the chunk step rewrites the folder with the same bits, and the"
+    " runs trained on it rerun (a finished run resumes at its end and only rewrites run.json)"
 )
 
 

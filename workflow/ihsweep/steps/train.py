@@ -22,6 +22,7 @@ from ihsweep.training.loop import train
 EXIT_LEASE = 73  # EX_CANTCREAT: the run folder is another job's
 
 
+@_args.reports_damage
 def main(argv: list[str] | None = None) -> int:
     p = _args.parser("train", "Train one run; a killed run resumes from its last saved state.")
     p.add_argument("--spec", type=json_arg, required=True, help="run spec as JSON (or @file)")
