@@ -11,22 +11,26 @@ does not finish, or memory that runs out, costs one row, not the run). Phases:
 
 1. **environment**: device, torch, triton, and the bf16 matmul rate the card reaches (8192^3).
 2. **correctness**: each variant against the eager baseline on one fixed batch at (32, 256):
-   the loss difference and the relative difference of the gradients (for the padded
-   vocabulary: of the V real rows; the padding rows' gradients must be 0). A variant outside
-   the tolerance is not timed.
+   the loss difference and the relative difference of all gradients (the model has V rows on
+   every path: padding lives inside the loss). A variant outside the tolerance is not timed.
 3. **baseline**: the paper model (2 layers, 8 heads, width 768, GPT-2's vocabulary of 50,257)
    at (B, C) = (8, 64), (32, 256), (256, 1024) with today's eager trainer step
    (``ihsweep.training.step.train_step``: micro-batches, chunked loss, fused AdamW, clipping,
    bf16 autocast).
 4. **packing**: 1, 2, 4 and 8 training processes sharing the GPU at (8, 64) (time-sliced, no
    MPS): tokens/s in all, against one process.
-5. **variants**: today's options at each cell: ``compiled`` (``execution.compile``'s loss),
-   ``padded`` (the vocabulary padded to a multiple of 64, 50,304, in the benchmark only: padding
-   rows zero, the loss over the first 50,257 logits), ``padded-compiled``.
-6. **profile and projection**: per variant, ``seconds per step = passes * overhead + tokens *
-   flops_per_token / (peak * mfu)`` fitted over its cells (``bench/device_profile.py``'s fit); the
-   eager fit is the file's ``profile``, which ``execution.device_profile`` accepts; and
-   paper.yaml's device-hours with and without early stop on each fit (``ihsweep.cost``). Where
+5. **variants**: the trainer's step paths at each cell (``variant_path``, the words of a name):
+   ``compiled`` (``execution.compile``), ``padded`` (``execution.vocab_padding``: the lm-head
+   GEMM on 50,304 rows, the loss over the first 50,257 logits), ``fused``
+   (``execution.fused_loss``: lm head and cross-entropy a slice at a time, gradients in the
+   forward pass), and their combinations.
+6. **profile, paths and projection**: per variant, ``seconds per step = passes * overhead +
+   tokens * flops_per_token / (peak * mfu)`` fitted over its cells (``bench/device_profile.py``'s
+   fit); the eager fit is the file's ``profile``, which ``execution.device_profile`` accepts; the
+   file's ``paths`` record each variant's settings, whether it passed its check and its
+   speed-up over eager per cell, from which a training job on this GPU resolves its ``auto``
+   settings (``ihsweep.training.execution.resolve_step_path``); and paper.yaml's device-hours
+   with and without early stop on each fit (``ihsweep.cost``). Where
    ihsweep's config cannot be read (the GPU machine has no jsonschema), ``--project`` redoes
    this phase from the JSON on a machine that has it.
 
@@ -42,7 +46,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import json
 import math
 import os
@@ -61,7 +64,8 @@ from _common import synchronize  # noqa: E402  (bench/, the script's own folder)
 
 PAPER_STUDY = HERE.parents[1] / "workflow" / "studies" / "paper.yaml"
 RESULTS = HERE.parent / "results"
-VARIANTS = ("eager", "compiled", "padded", "padded-compiled")
+# The trainer's step paths (execution: compile, vocab_padding, fused_loss; ``variant_path``)
+VARIANTS = ("eager", "compiled", "padded", "padded-compiled", "fused", "padded-fused")
 # Dense bf16 peaks in TFLOP/s, by the device name's model (the first that matches).
 VENDOR_PEAK = {"H200": 989, "H100": 989, "A100": 312, "L40S": 362, "A10": 125}
 PLANS = {
@@ -104,47 +108,32 @@ PLANS = {
 # Child processes: one measurement each
 
 
-def padded_vocab(vocab: int, multiple: int) -> int:
-    return -(-vocab // multiple) * multiple
+def variant_path(variant: str, plan: dict):
+    """The trainer's ``StepPath`` of a variant: its name's words say compiled, padded, fused."""
+    from ihsweep.training.lm_head import HeadPath
+    from ihsweep.training.step import StepPath
+
+    words = variant.split("-")
+    pad_to = plan["pad_to"] if "padded" in words else 1
+    return StepPath(compile="compiled" in words, head=HeadPath(pad_to, "fused" in words))
 
 
 def variant_setup(variant: str, plan: dict, C: int, device):
-    """(model config, loss function) of a variant; the padded ones zero their padding rows
-    after building the model (``build_model``)."""
-    import torch
-    from ihsweep.training import step
+    """(model config, loss function) of a variant: the trainer's own (``StepPath.loss_fn``)."""
     from ihsweep.training.model import GPTConfig
 
-    padded = variant.startswith("padded")
-    vocab = plan["vocab"]
     cfg = GPTConfig(
-        vocab_size=padded_vocab(vocab, plan["pad_to"]) if padded else vocab,
-        n_ctx=max(c for _, c in plan["cells"]),
-        **plan["model"],
+        vocab_size=plan["vocab"], n_ctx=max(c for _, c in plan["cells"]), **plan["model"]
     )
-    if variant == "eager":
-        return cfg, step.next_token_loss
-    if variant == "compiled" and plan["backend"] == "inductor":
-        return cfg, step.compiled_loss()
-    explicit = variant.endswith("compiled")
-    # A padded model's loss sees the first V logits only; the lm-head GEMM runs on all rows.
-    loss = functools.partial(
-        step.next_token_loss, explicit=explicit, vocab_size=vocab if padded else None
-    )
-    if explicit:
-        loss = torch.compile(loss, dynamic=False, backend=plan["backend"])
-    return cfg, loss
+    return cfg, variant_path(variant, plan).loss_fn(backend=plan["backend"])
 
 
-def build_model(cfg, vocab: int, device, seed: int = 0):
+def build_model(cfg, device, seed: int = 0):
     import torch
     from ihsweep.training.model import GPT
 
     torch.manual_seed(seed)
-    model = GPT(cfg).to(device)
-    with torch.no_grad():
-        model.wte.weight[vocab:] = 0  # padding rows: never an input, never a target
-    return model
+    return GPT(cfg).to(device)
 
 
 def autocast_for(device):
@@ -217,18 +206,12 @@ def compare_to_eager(variant: str, plan: dict, device, loss_fn=None) -> dict:
     B, C = plan["check_cell"]
     x = torch.randint(0, vocab, (B, C), generator=torch.Generator().manual_seed(1)).to(device)
     eager_cfg, eager_loss = variant_setup("eager", plan, C, device)
-    eager = build_model(eager_cfg, vocab, device)
+    eager = build_model(eager_cfg, device)
     loss_e, grads_e = loss_and_grads(eager, eager_loss, x, device)
     cfg, own_loss = variant_setup(variant, plan, C, device)
-    model = build_model(cfg, vocab, device)
-    state = eager.state_dict()
-    state["wte.weight"] = torch.cat(
-        [state["wte.weight"], model.wte.weight.detach()[vocab:]]
-    )  # the padding rows (zero) below the same V rows
-    model.load_state_dict(state)
+    model = build_model(cfg, device)
+    model.load_state_dict(eager.state_dict())
     loss_v, grads_v = loss_and_grads(model, loss_fn or own_loss, x, device)
-    pad_grad = float(grads_v["wte.weight"][vocab:].abs().max()) if cfg.vocab_size > vocab else 0.0
-    grads_v["wte.weight"] = grads_v["wte.weight"][:vocab]
     diff = sum(float((grads_v[k] - g).pow(2).sum()) for k, g in grads_e.items())
     norm = sum(float(g.pow(2).sum()) for g in grads_e.values())
     row = {
@@ -238,13 +221,10 @@ def compare_to_eager(variant: str, plan: dict, device, loss_fn=None) -> dict:
         "loss": loss_v,
         "loss_abs_diff": abs(loss_v - loss_e),
         "grad_rel_diff": math.sqrt(diff / norm),
-        "padding_grad_max": pad_grad,
     }
     tol = plan["tolerance"]
     row["passed"] = bool(
-        row["loss_abs_diff"] <= tol["loss"]
-        and row["grad_rel_diff"] <= tol["grad"]
-        and pad_grad == 0
+        row["loss_abs_diff"] <= tol["loss"] and row["grad_rel_diff"] <= tol["grad"]
     )
     return row
 
@@ -276,7 +256,7 @@ def prepared_step(plan: dict, task: dict, device):
 
     B, C = task["cell"]
     cfg, loss_fn = variant_setup(task["variant"], plan, C, device)
-    model = build_model(cfg, plan["vocab"], device)
+    model = build_model(cfg, device)
     # As the trainer builds it (training/loop.py, Job.build), at the paper's learning rate.
     optim = torch.optim.AdamW(model.parameters(), lr=2.5e-4, weight_decay=0.0, fused=True)
     micro_batch = resolve_micro_batch("auto", cfg, B, C, device, 16000)
@@ -436,8 +416,8 @@ def phase_correctness(plan: Plan) -> list[str]:
         plan.write()
         verdict = "ok" if row["passed"] else "FAILED: not timed"
         print(f"check {variant:16s} loss {row['loss']:.6f} vs {row['loss_eager']:.6f}"
-              f" (|diff| {row['loss_abs_diff']:.2e}), grad rel diff {row['grad_rel_diff']:.2e},"
-              f" padding grad {row['padding_grad_max']:.1e}: {verdict}", flush=True)  # fmt: skip
+              f" (|diff| {row['loss_abs_diff']:.2e}), grad rel diff {row['grad_rel_diff']:.2e}:"
+              f" {verdict}", flush=True)  # fmt: skip
         if row["passed"]:
             passed.append(variant)
     return passed
@@ -595,6 +575,7 @@ def summarise(record: dict) -> None:
         if rows:
             profiles[variant] = fit_profile(rows, env["matmul_tflops"], env["memory_gb"])
     record["profiles"] = profiles
+    record["paths"] = measured_paths(record)
     if "eager" in profiles:
         record["profile"] = profiles["eager"]  # today's trainer: what the cost model reads
     try:
@@ -603,6 +584,27 @@ def summarise(record: dict) -> None:
         record["projection"] = {
             "skipped": f"{err}: run python bench/gpu_plan.py --project <this file> in the venv"
         }
+
+
+def measured_paths(record: dict) -> dict:
+    """What a training job's ``auto`` reads (``execution.resolve_step_path``): per variant its
+    settings, whether it matched eager, and its speed-up over eager at each cell ("BxC")."""
+    checks = {row["variant"]: row["passed"] for row in record["checks"]}
+    ms = {(row["variant"], tuple(row["cell"])): row["ms_per_step"] for row in record["cells"]}
+    plan = PLANS[record["plan"]]
+    variants = {}
+    for variant in VARIANTS[1:]:
+        speedup = {
+            f"{b}x{c}": round(ms["eager", (b, c)] / ms[variant, (b, c)], 3)
+            for v, (b, c) in ms
+            if v == variant and ("eager", (b, c)) in ms
+        }
+        variants[variant] = {
+            "settings": variant_path(variant, plan).settings(),
+            "correct": checks.get(variant, False),
+            "speedup": speedup,
+        }
+    return {"device": record["environment"]["device"], "variants": variants}
 
 
 def print_table(record: dict) -> None:

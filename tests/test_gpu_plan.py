@@ -11,12 +11,13 @@ import sys
 
 import pytest
 import torch
+import torch.nn.functional as F
 import yaml
 from conftest import REPO, SCHEMA
 from ihsweep import cost
 from ihsweep.cost.report import cost_table
 from ihsweep.cost.study import StudyCost
-from ihsweep.training import loop
+from ihsweep.training.lm_head import padded_unembedding
 from ihsweep.validate import prepare
 
 sys.path.insert(0, str(REPO / "bench"))
@@ -46,6 +47,13 @@ def test_smoke_plan_writes_every_phase(tmp_path):
     execution = {"device_profile": str(out), "device": "auto", "gpu": 1, "gpu_model": None}
     profile = cost.device_profile(execution)
     assert profile["peak_tflops"] == record["environment"]["matmul_tflops"]
+    # The paths a GPU job's auto reads: each variant's settings, check and speed-up per cell.
+    paths = record["paths"]
+    assert paths["device"] == record["environment"]["device"]
+    assert set(paths["variants"]) == set(gpu_plan.VARIANTS[1:])
+    fused = paths["variants"]["padded-fused"]
+    assert fused["settings"] == {"compile": False, "vocab_padding": 64, "fused_loss": True}
+    assert fused["correct"] and list(fused["speedup"]) == ["4x16"] and fused["speedup"]["4x16"] > 0
     # paper.yaml projected on each variant's fit: early stop trains a quarter of the tokens.
     projection = record["projection"]
     assert set(projection) == set(gpu_plan.VARIANTS)
@@ -64,17 +72,23 @@ def test_smoke_plan_writes_every_phase(tmp_path):
     assert json.loads(out.read_text())["projection"] == projection
 
 
-@pytest.mark.parametrize("variant", ["compiled", "padded"])
+@pytest.mark.parametrize("variant", ["compiled", "padded", "fused"])
 def test_a_wrong_variant_fails_the_check(variant):
     plan = {**gpu_plan.PLANS["smoke"], "name": "smoke"}
     device = torch.device("cpu")
     assert gpu_plan.compare_to_eager(variant, plan, device)["passed"]
     if variant == "padded":  # the softmax over the padding too: the wrong distribution
-        wrong = loop.next_token_loss
-    else:  # a loss off by 0.1%
 
         def wrong(model, x, autocast):
-            return 1.001 * loop.next_token_loss(model, x, autocast)
+            W_U = padded_unembedding(model.W_U, plan["pad_to"])
+            logits = model.features(x[:, :-1]) @ W_U.T
+            return F.cross_entropy(logits.flatten(0, 1), x[:, 1:].flatten())
+
+    else:  # a loss off by 0.1%
+        own = gpu_plan.variant_path(variant, plan).loss_fn(backend=plan["backend"])
+
+        def wrong(model, x, autocast):
+            return 1.001 * own(model, x, autocast)
 
     row = gpu_plan.compare_to_eager(variant, plan, device, loss_fn=wrong)
     assert not row["passed"]

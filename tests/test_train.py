@@ -44,7 +44,7 @@ from ihsweep.steps import train as train_command
 from ihsweep.training import loop
 from ihsweep.training.checkpoints import list_checkpoints
 from ihsweep.training.execution import keep_freed_memory
-from ihsweep.training.loop import train
+from ihsweep.training.loop import Job, train
 from ihsweep.training.model import GPT, GPTConfig
 from ihsweep.training.progress import Progress, read_progress
 from ihsweep.training.resume import load_resume_state, save_resume_state, spec_hash
@@ -555,7 +555,7 @@ def test_compiled_run_agrees_with_the_eager_run_within_rounding(tmp_path, data_d
     runs = {}
     for compiled in (False, True):
         run_dir = tmp_path / str(compiled)
-        summary = train(spec, data_dir, run_dir, **CPU, compile=compiled)
+        summary = train(spec, data_dir, run_dir, **CPU, step_settings={"compile": compiled})
         assert summary["checkpoints"] == [10, 20]
         rows = [r for r in loss_rows(run_dir) if r[2] == "train"]
         runs[compiled] = (np.array([float(r[3]) for r in rows]), final_weights(run_dir))
@@ -570,6 +570,29 @@ def test_compiled_run_agrees_with_the_eager_run_within_rounding(tmp_path, data_d
     assert different, "the compiled run is not compiled (it is bit for bit the eager one)"
 
 
+def test_a_padded_fused_run_keeps_v_rows_and_follows_the_plain_run(tmp_path, data_dir, capsys):
+    """The GPU's lm-head paths forced on the CPU (``vocab_padding: 128``, ``fused_loss: true``):
+    the model starts from the plain run's weights bit for bit, its checkpoints hold V rows, and
+    its losses and weights stay within float rounding of the plain run's."""
+    spec = make_spec(steps=20, every=10)
+    paths = {"compile": False, "vocab_padding": 128, "fused_loss": True}  # V = 64: 128 rows
+    starts = [Job.build(spec, data_dir, "cpu", 1, "auto", 16000, step).model.state_dict()
+              for step in (None, paths)]  # fmt: skip
+    assert_same_tensors(*starts)
+    runs = {}
+    for name, step in (("plain", None), ("padded-fused", paths)):
+        train(spec, data_dir, tmp_path / name, **CPU, step_settings=step)
+        rows = [r for r in loss_rows(tmp_path / name) if r[2] == "train"]
+        runs[name] = (np.array([float(r[3]) for r in rows]), final_weights(tmp_path / name))
+    assert "lm head padded to a multiple of 128, fused loss" in capsys.readouterr().out
+    (plain_losses, plain), (losses, weights) = runs["plain"], runs["padded-fused"]
+    assert weights["wte.weight"].shape == (V, spec["model_config"]["d_model"])
+    np.testing.assert_allclose(losses, plain_losses, rtol=1e-5)
+    lr = spec["training"]["lr"]
+    for name, weight in plain.items():
+        assert (weights[name] - weight).abs().max() < 0.05 * lr, name
+
+
 @pytest.mark.slow
 def test_compiled_run_stopped_then_resumed_by_the_command_matches_bit_for_bit(tmp_path, data_dir):
     """A compiled run stopped mid-way (not at a checkpoint) and resumed by a new process, which
@@ -578,8 +601,9 @@ def test_compiled_run_stopped_then_resumed_by_the_command_matches_bit_for_bit(tm
     needs_a_compiler()
     spec = make_spec(steps=20, every=10, model=TINY)
     ref_dir, run_dir = tmp_path / "ref", tmp_path / "run"
-    train(spec, data_dir, ref_dir, **CPU, compile=True)
-    assert train(spec, data_dir, run_dir, **CPU, stop_after_step=13, compile=True) == {}
+    compiled = {"compile": True}
+    train(spec, data_dir, ref_dir, **CPU, step_settings=compiled)
+    assert train(spec, data_dir, run_dir, **CPU, stop_after_step=13, step_settings=compiled) == {}
     assert read_progress(run_dir)["state"] == "interrupted"
     assert saved_checkpoint_steps(run_dir) == [10]
     out = run_to_end(spec, data_dir, run_dir, "--compile", "true")
@@ -930,20 +954,24 @@ def test_command_takes_missing_execution_flags_from_the_schema(tmp_path, monkeyp
     assert defaults["device"] == "auto" and defaults["threads"] == 1
     assert defaults["progress_seconds"] == 15
     assert defaults["micro_batch"] == "auto" and defaults["train_mem_mb"] == 16000
-    assert defaults["compile"] is False
-    assert calls[-1] == (spec, data, run, "auto", 1, 15, "auto", 16000, None, False, None, 180.0)
+    step = {"compile": "auto", "vocab_padding": "auto", "fused_loss": "auto",
+            "device_profile": "auto"}  # fmt: skip
+    assert {key: defaults[key] for key in step} == step
+    assert calls[-1] == (spec, data, run, "auto", 1, 15, "auto", 16000, None, step, None, 180.0)
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     argv = ["--spec", f"@{tmp_path / 'spec.json'}", "--data-dir", str(data), "--run-dir", str(run)]
     flags = ["--device", "cpu", "--threads", "3", "--stop-after-step", "2"]
     assert train_command.main([*argv, *flags]) == 0
-    assert calls[-1] == (spec, data, run, "cpu", 3, 15, "auto", 16000, 2, False, None, 180.0)
+    assert calls[-1] == (spec, data, run, "cpu", 3, 15, "auto", 16000, 2, step, None, 180.0)
     memory = ["--micro-batch", "2", "--memory-mb", "900"]
     assert train_command.main([*argv, *memory]) == 0
-    assert calls[-1] == (spec, data, run, "auto", 1, 15, 2, 900, None, False, None, 180.0)
+    assert calls[-1] == (spec, data, run, "auto", 1, 15, 2, 900, None, step, None, 180.0)
     for flag, setting in (("true", True), ("False", False), ("auto", "auto")):
-        assert train_command.main([*argv, "--compile", flag]) == 0
-        want = (spec, data, run, "auto", 1, 15, "auto", 16000, None, setting, None, 180.0)
-        assert calls[-1] == want
+        assert train_command.main([*argv, "--compile", flag, "--fused-loss", flag]) == 0
+        assert calls[-1][9] == {**step, "compile": setting, "fused_loss": setting}
+    paths = ["--vocab-padding", "64", "--device-profile", "h100.json"]
+    assert train_command.main([*argv, *paths]) == 0
+    assert calls[-1][9] == {**step, "vocab_padding": 64, "device_profile": "h100.json"}
     with pytest.raises(SystemExit):
         train_command.main([*argv, "--compile", "yes"])
 

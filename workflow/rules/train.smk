@@ -24,6 +24,9 @@ rule train:
         mem_mb=EXECUTION_SETTINGS["train_mem_mb"],
         micro_batch=EXECUTION_SETTINGS["micro_batch"],
         compile=str(EXECUTION_SETTINGS["compile"]).lower(),
+        vocab_padding=EXECUTION_SETTINGS["vocab_padding"],
+        fused_loss=str(EXECUTION_SETTINGS["fused_loss"]).lower(),
+        device_profile=EXECUTION_SETTINGS["device_profile"],
         runtime=train_runtime,
     params:
         spec=train_spec_json,
@@ -33,7 +36,9 @@ rule train:
         "python -m ihsweep.steps.train --spec {params.spec:q} --data-dir {params.data_dir}"
         " --run-dir {params.run_dir} --device {resources.device} --threads {threads}"
         " --progress-seconds {resources.progress_seconds} --micro-batch {resources.micro_batch}"
-        " --memory-mb {resources.mem_mb} --compile {resources.compile} >> {log} 2>&1"
+        " --memory-mb {resources.mem_mb} --compile {resources.compile}"
+        " --vocab-padding {resources.vocab_padding} --fused-loss {resources.fused_loss}"
+        " --device-profile {resources.device_profile:q} >> {log} 2>&1"
 
 
 # `snakemake $(python -m ihsweep.where <run id>)/hf`: the run's newest checkpoint as a Hugging Face GPT-2 folder

@@ -59,6 +59,9 @@ def execution(args: argparse.Namespace) -> dict:
         "micro_batch": "micro_batch",
         "memory_mb": "train_mem_mb",
         "compile": "compile",
+        "vocab_padding": "vocab_padding",
+        "fused_loss": "fused_loss",
+        "device_profile": "device_profile",
     }
     given = {
         key: getattr(args, flag)
@@ -73,8 +76,13 @@ def micro_batch_arg(value: str) -> int | str:
     return value if value == "auto" else int(value)
 
 
+def vocab_padding_arg(value: str) -> int | str:
+    """``--vocab-padding``: a multiple, or auto (``execution.vocab_padding``)."""
+    return value if value == "auto" else int(value)
+
+
 def compile_arg(value: str) -> bool | str:
-    """``--compile``: true, false or auto (``execution.compile``)."""
+    """``--compile``, ``--fused-loss``: true, false or auto (``execution.compile``, ...)."""
     choices = {"true": True, "false": False, "auto": "auto"}
     if value.lower() not in choices:
         raise argparse.ArgumentTypeError(f"expected true, false or auto, got {value!r}")

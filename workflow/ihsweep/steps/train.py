@@ -3,7 +3,7 @@
     python -m ihsweep.steps.train --spec '<json of ihsweep.config.Study.train_spec>' \
         --data-dir results/data/<data>/C<C> --run-dir results/runs/<run id> \
         [--device auto --threads 1 --progress-seconds 15 --micro-batch auto --memory-mb 16000 \
-         --compile false]
+         --compile auto --vocab-padding auto --fused-loss auto --device-profile auto]
 
 The execution flags left out take the schema's `execution` defaults.
 """
@@ -17,6 +17,7 @@ from ihsweep.early_stop import stop_rule_of
 from ihsweep.io import json_arg
 from ihsweep.lease import EXPIRE_SECONDS, LeaseHeld, LeaseLost
 from ihsweep.steps import _args
+from ihsweep.training.execution import STEP_SETTINGS
 from ihsweep.training.loop import train
 
 EXIT_LEASE = 73  # EX_CANTCREAT: the run folder is another job's
@@ -46,6 +47,20 @@ def main(argv: list[str] | None = None) -> int:
         help="run the loss through torch.compile: true, false or auto",
     )
     p.add_argument(
+        "--vocab-padding",
+        type=_args.vocab_padding_arg,
+        help="pad the lm-head GEMM's rows to a multiple of this: a number (1: none), or auto",
+    )
+    p.add_argument(
+        "--fused-loss",
+        type=_args.compile_arg,
+        help="fuse the lm head and its loss: true, false or auto",
+    )
+    p.add_argument(
+        "--device-profile",
+        help="the profile bench/gpu_plan.py wrote, whose measurements decide the autos",
+    )
+    p.add_argument(
         "--stop-after-step", type=int, help="save resume state and stop after this step (tests)"
     )
     p.add_argument(
@@ -67,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             execution["micro_batch"],
             execution["train_mem_mb"],
             args.stop_after_step,
-            execution["compile"],
+            {key: execution[key] for key in (*STEP_SETTINGS, "device_profile")},
             stop_rule_of(args.spec),
             args.lease_seconds,
         )

@@ -1,4 +1,5 @@
-"""Where and how a training job runs: its device, CPU threads, allocator and micro-batch.
+"""Where and how a training job runs: its device, CPU threads, allocator, micro-batch and the
+step's fast paths (compiled, padded vocabulary, fused loss).
 
 These are execution settings (config ``execution``), never part of a run's spec: they change
 how fast a run trains, not what it computes.
@@ -8,11 +9,15 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import math
+from pathlib import Path
 
 import torch
 
 from ihsweep import cost
+from ihsweep.io import read_json_file
 from ihsweep.training.model import GPTConfig
+from ihsweep.training.step import StepPath
 
 
 def pick_device(name: str) -> torch.device:
@@ -76,3 +81,65 @@ def resolve_micro_batch(
             f"{cost.MEMORY_MARGIN:.0%} of this {device.type} job's {limit / cost.GB:.1f} GB"
         )
     return picked
+
+
+# --------------------------------------------------------------------------------------------
+# The step's fast paths (execution: compile, vocab_padding, fused_loss)
+
+STEP_SETTINGS = ("compile", "vocab_padding", "fused_loss")
+
+
+def step_path(settings: dict | None, device: torch.device, batch_size: int, context: int):
+    """The ``StepPath`` of a job with these ``execution`` settings (compile, vocab_padding,
+    fused_loss, device_profile; a key left out is auto; None: the plain path) on ``device``."""
+    if settings is None:
+        return StepPath()
+    measured = measured_paths(settings.get("device_profile"), device)
+    return resolve_step_path(settings, batch_size, context, measured)
+
+
+def resolve_step_path(
+    settings: dict, batch_size: int, context: int, measured: dict | None
+) -> StepPath:
+    """The job's ``StepPath`` from its ``execution`` settings ``compile``, ``vocab_padding``
+    and ``fused_loss``. A set value is taken as it is. Those left ``auto`` take the values of
+    the fastest path that ``measured`` (a ``bench/gpu_plan.py`` file's ``paths``, for the GPU
+    this job got; ``measured_paths``) found correct and faster than the plain path at the
+    measured cell nearest this job's B * C, among the paths that agree with the set values;
+    without one (on the CPU, or with no measurement of this GPU) the plain path's: eager,
+    V rows, chunked."""
+    fixed = {key: settings[key] for key in STEP_SETTINGS if settings.get(key, "auto") != "auto"}
+    plain = StepPath().settings()
+    best, best_speedup = plain, 1.0
+    for variant in (measured or {}).get("variants", {}).values():
+        if not variant["correct"] or any(variant["settings"][k] != v for k, v in fixed.items()):
+            continue
+        speedup = nearest_cell(variant["speedup"], batch_size * context)
+        if speedup is not None and speedup > best_speedup:
+            best, best_speedup = variant["settings"], speedup
+    return StepPath.of({**plain, **(best if best is not plain else {}), **fixed})
+
+
+def nearest_cell(by_cell: dict[str, float], tokens_per_step: int) -> float | None:
+    """The value at the cell ("BxC") whose B * C is nearest ``tokens_per_step`` (in ratio)."""
+    if not by_cell:
+        return None
+
+    def distance(cell: str) -> float:
+        b, c = (int(n) for n in cell.split("x"))
+        return abs(math.log(b * c / tokens_per_step))
+
+    return by_cell[min(by_cell, key=distance)]
+
+
+def measured_paths(device_profile: str | None, device: torch.device) -> dict | None:
+    """The ``paths`` that ``bench/gpu_plan.py`` measured, from the profile file
+    ``device_profile`` (``execution.device_profile``), if it measured this job's GPU (same
+    device name); None on the CPU, for a built-in profile, or for another GPU."""
+    if device.type != "cuda" or not device_profile or not Path(device_profile).is_file():
+        return None
+    remedy = "give execution.device_profile the JSON bench/gpu_plan.py wrote, or run it again"
+    paths = read_json_file(device_profile, "device profile", remedy=remedy).get("paths")
+    if not paths or paths.get("device") != torch.cuda.get_device_name(device):
+        return None
+    return paths

@@ -38,7 +38,7 @@ from ihsweep.io import write_json
 from ihsweep.layout import LOSS_CSV, RUN_JSON
 from ihsweep.lease import EXPIRE_SECONDS, LeaseLost, RunLease
 from ihsweep.training.checkpoints import list_checkpoints
-from ihsweep.training.execution import prepare_device, resolve_micro_batch
+from ihsweep.training.execution import prepare_device, resolve_micro_batch, step_path
 from ihsweep.training.model import GPT, GPTConfig
 from ihsweep.training.progress import (
     LossLog,
@@ -57,13 +57,7 @@ from ihsweep.training.resume import (
 )
 from ihsweep.training.sampler import ChunkSampler
 from ihsweep.training.schedule import Schedule
-from ihsweep.training.step import (
-    compiled_loss,
-    evaluate,
-    make_update,
-    next_token_loss,
-    resolve_compile,
-)
+from ihsweep.training.step import evaluate, make_update
 from ihsweep.training.stops import (
     EXIT_INTERRUPTED,
     Diverged,
@@ -85,7 +79,7 @@ def train(
     micro_batch: int | str,
     memory_mb: int,
     stop_after_step: int | None = None,
-    compile: bool | str = False,
+    step_settings: dict | None = None,
     stop_rule: StopRule | None = None,
     lease_seconds: float = EXPIRE_SECONDS,
 ) -> dict:
@@ -93,8 +87,9 @@ def train(
     it stopped at ``stop_after_step``).
 
     The execution settings are ``execution``'s (the schema documents them); ``memory_mb`` is the
-    job's host memory, which ``micro_batch: auto`` fits a CPU job into; ``compile`` is
-    ``execution.compile`` (``resolve_compile``). ``stop_rule`` is asked at every checkpoint
+    job's host memory, which ``micro_batch: auto`` fits a CPU job into; ``step_settings``
+    are ``execution``'s compile, vocab_padding, fused_loss and device_profile
+    (``resolve_step_path``; None: the plain path). ``stop_rule`` is asked at every checkpoint
     whether the run stops there (``ihsweep.early_stop`` builds the spec's ``early_stop`` rule).
     The job holds the run folder's lease (``ihsweep.lease``; it expires ``lease_seconds`` after
     the job dies) from before it reads the folder until it ends: ``LeaseHeld`` when another job
@@ -112,7 +107,7 @@ def train(
         for path in remove_temporaries(run_dir):
             print(f"[{spec['run_id']}] removed {path}, left by a write that was killed", flush=True)
         try:
-            job = Job.build(spec, data_dir, device, threads, micro_batch, memory_mb, compile)
+            job = Job.build(spec, data_dir, device, threads, micro_batch, memory_mb, step_settings)
             trainer = Trainer(spec, run_dir, job, progress_seconds, stop_rule, stop_after_step)
             return trainer.run(signals, lease)
         except LeaseLost:
@@ -150,7 +145,7 @@ class Job:
     update: Callable[[GPT, torch.optim.Optimizer, torch.Tensor], torch.Tensor]  # make_update's
 
     @classmethod
-    def build(cls, spec, data_dir, device, threads, micro_batch, memory_mb, compile) -> Job:
+    def build(cls, spec, data_dir, device, threads, micro_batch, memory_mb, step) -> Job:
         tcfg, B, C = spec["training"], spec["batch_size"], spec["context_size"]
         device = prepare_device(device, threads)
         # Chunks of C tokens; the model sees C-1 inputs and predicts C-1 targets per chunk.
@@ -175,15 +170,14 @@ class Job:
         )
         autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
         micro_batch = resolve_micro_batch(micro_batch, cfg, B, C, device, memory_mb)
-        compiled = resolve_compile(compile, device)
-        loss_fn = compiled_loss() if compiled else next_token_loss
+        path = step_path(step, device, B, C)
         print(
             f"[{spec['run_id']}] {len(cost.micro_batch_sizes(B, micro_batch))} micro-batch(es) "
             f"of at most {micro_batch} per update of B = {B} on {device}"
-            + (", loss compiled" if compiled else ""),
+            + (f", {path.describe()}" if path.describe() else ""),
             flush=True,
         )
-        update = make_update(micro_batch, autocast, tcfg["grad_clip"], loss_fn)
+        update = make_update(micro_batch, autocast, tcfg["grad_clip"], path.loss_fn())
         return cls(sampler, val_batches, model, optim, device, micro_batch, autocast, update)
 
 

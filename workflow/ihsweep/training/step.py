@@ -17,6 +17,7 @@ Both are the same computation within float rounding.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -24,33 +25,47 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 from ihsweep import cost
+from ihsweep.training.lm_head import (
+    PLAIN_HEAD,
+    HeadPath,
+    fused_cross_entropy,
+    padded_unembedding,
+    real_logits,
+)
 from ihsweep.training.model import GPT
 
 
 def next_token_loss(
-    model: GPT, x: torch.Tensor, autocast, explicit: bool = False, vocab_size: int | None = None
+    model: GPT, x: torch.Tensor, autocast, explicit: bool = False, head: HeadPath = PLAIN_HEAD
 ):
     """Mean cross-entropy of predicting x[:, 1:] from x[:, :-1], in fp32 (``explicit``: with
-    the model's explicit attention path; ``vocab_size``: over the first ``vocab_size`` logits
-    only, for a model whose vocabulary is padded past it; None: over all of them).
+    the model's explicit attention path; ``head``: how the lm head and its loss run, padded or
+    fused, ``ihsweep.training.lm_head``).
 
     When the logits would exceed the device's ``cost.LOSS_CHUNK_LOGITS``, they are computed a
-    slice of positions at a time and recomputed in the backward pass (activation
-    checkpointing), so only one slice's logits exist at once; the mean is the same within float
-    rounding."""
+    slice of positions at a time (chunked: recomputed in the backward pass; or fused: their
+    gradients made at once), so only one slice's logits exist at once; the mean is the same
+    within float rounding."""
     inputs, targets = x[:, :-1], x[:, 1:].flatten()
-    rows = cost.loss_chunk_rows(model.cfg.vocab_size, x.device.type)
-    if targets.numel() <= rows:
+    vocab_size = model.cfg.vocab_size
+    rows = cost.loss_chunk_rows(head.rows(vocab_size), x.device.type)
+    if targets.numel() <= rows and head == PLAIN_HEAD:
         with autocast:
-            logits = _first_logits(model(inputs, explicit=explicit), vocab_size)
+            logits = model(inputs, explicit=explicit)
         return F.cross_entropy(logits.float().flatten(0, 1), targets)
     with autocast:
         features = model.features(inputs, explicit=explicit).flatten(0, 1)
+        W_U = padded_unembedding(model.W_U, head.pad_to)
+        if head.fused:
+            dtype = gemm_dtype(features)  # cast once, not once per slice
+            return fused_cross_entropy(features.to(dtype), W_U.to(dtype), targets, vocab_size, rows)
+        if targets.numel() <= rows:
+            return F.cross_entropy(real_logits(features @ W_U.T, vocab_size).float(), targets)
         total = sum(
             checkpoint(
                 _summed_loss,
                 features[i : i + rows],
-                model.W_U,
+                W_U,
                 targets[i : i + rows],
                 vocab_size,
                 use_reentrant=False,
@@ -60,15 +75,15 @@ def next_token_loss(
     return total / targets.numel()
 
 
-def _summed_loss(
-    features: torch.Tensor, W_U: torch.Tensor, targets: torch.Tensor, vocab_size: int | None
-):
-    logits = _first_logits(features @ W_U.T, vocab_size)
+def gemm_dtype(t: torch.Tensor) -> torch.dtype:
+    """The dtype a matmul of ``t`` runs in here: autocast's, where it is on."""
+    device = t.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else t.dtype
+
+
+def _summed_loss(features: torch.Tensor, W_U: torch.Tensor, targets: torch.Tensor, vocab_size: int):
+    logits = real_logits(features @ W_U.T, vocab_size)
     return F.cross_entropy(logits.float(), targets, reduction="sum")
-
-
-def _first_logits(logits: torch.Tensor, vocab_size: int | None) -> torch.Tensor:
-    return logits if vocab_size is None else logits[..., :vocab_size]
 
 
 def batch_loss(
@@ -128,23 +143,49 @@ def evaluate(model: GPT, batches: list[torch.Tensor], micro_batch: int, device, 
     return float(np.mean(losses))
 
 
-def compiled_loss():
+def compiled_loss(head: HeadPath = PLAIN_HEAD, backend: str = "inductor"):
     """``next_token_loss`` through ``torch.compile``, on the explicit attention path: one graph
     of forward, loss and (AOTAutograd) backward per shape, compiled at the first step (a
     micro-batch of another size compiles once more). The model stays the plain module, so its
     state dict keeps its keys; a new model of the same shapes reuses the compiled graph."""
-    return torch.compile(functools.partial(next_token_loss, explicit=True), dynamic=False)
+    loss = functools.partial(next_token_loss, explicit=True, head=head)
+    return torch.compile(loss, dynamic=False, backend=backend)
 
 
-def resolve_compile(setting: bool | str, device: torch.device) -> bool:
-    """Whether a job compiles its loss: ``execution.compile`` (true, false, or auto: on CUDA
-    only) on the device it got. The default is false, by measurement on this project's CPU
-    (``bench/trainer_vs_minimal.py --compile``, the schema has the numbers): the compiled
-    loss is 1.1x as fast at vocabulary 256 and no faster at 2,048, and compiling takes ~35 s,
-    which a default-study run of 4M tokens does not win back."""
-    if setting == "auto":
-        return device.type == "cuda"
-    return bool(setting)
+@dataclass(frozen=True)
+class StepPath:
+    """How a job's update computes its loss: compiled or eager, and its lm head (padded to a
+    multiple of ``head.pad_to``, fused or chunked). ``execution.resolve_step_path`` picks it
+    from the ``execution`` settings (compile, vocab_padding, fused_loss); every path computes
+    the same update within float rounding, and the plain one is today's bit for bit."""
+
+    compile: bool = False
+    head: HeadPath = PLAIN_HEAD
+
+    @classmethod
+    def of(cls, settings: dict) -> StepPath:
+        """The path of concrete settings {compile, vocab_padding, fused_loss} (no auto)."""
+        return cls(settings["compile"], HeadPath(settings["vocab_padding"], settings["fused_loss"]))
+
+    def settings(self) -> dict:
+        return {"compile": self.compile, "vocab_padding": self.head.pad_to,
+                "fused_loss": self.head.fused}  # fmt: skip
+
+    def loss_fn(self, backend: str = "inductor"):
+        if self.compile:
+            return compiled_loss(self.head, backend)
+        return next_token_loss if self.head == PLAIN_HEAD else functools.partial(
+            next_token_loss, head=self.head
+        )  # fmt: skip
+
+    def describe(self) -> str:
+        """What a job's log says of its path: '' for the plain one."""
+        parts = ["loss compiled"] if self.compile else []
+        if self.head.pad_to > 1:
+            parts.append(f"lm head padded to a multiple of {self.head.pad_to}")
+        if self.head.fused:
+            parts.append("fused loss")
+        return ", ".join(parts)
 
 
 def make_update(micro_batch: int, autocast, grad_clip: float | None, loss_fn=next_token_loss):
