@@ -213,7 +213,10 @@ class Trainer:
             lr = self.schedule.lr_of(self.step)
             for group in self.job.optim.param_groups:
                 group["lr"] = lr
-            x = self.job.sampler.batch(self.step).to(self.job.device, non_blocking=True)
+            x = self.job.sampler.batch(self.step)
+            if self.job.device.type == "cuda":  # a copy that does not wait needs locked pages
+                x = x.pin_memory()
+            x = x.to(self.job.device, non_blocking=True)
             self.unread.append(self.job.update(self.job.model, self.job.optim, x))
             self.step += 1
             ended = self.after_update(lr)

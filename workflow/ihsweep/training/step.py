@@ -69,6 +69,7 @@ def next_token_loss(
                 targets[i : i + rows],
                 vocab_size,
                 use_reentrant=False,
+                preserve_rng_state=False,  # no random numbers drawn; saving them blocks capture
             )
             for i in range(0, targets.numel(), rows)
         )
