@@ -18,6 +18,18 @@ shell.prefix(
 )
 
 
+from ihsweep.config import ConfigError, read_config_file
+
+# Snakemake keeps the last of two equal keys without a word: every config file is read a
+# second time, strictly, so that a key given twice, or a YAML error in config.yaml, gets one
+# line naming the file and line before anything is planned.
+for path in workflow.config_settings.configfiles or ["config.yaml"]:
+    try:
+        read_config_file(path)
+    except ConfigError as err:
+        sys.exit(f"config error: {err}")
+
+
 # A --configfile is a whole study and replaces config.yaml (several are merged in order);
 # --config key=value patches whichever study is loaded.
 if not workflow.config_settings.configfiles:

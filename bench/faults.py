@@ -1,6 +1,6 @@
 """The fault matrix: every fault class a study must survive, tried on purpose and counted.
 
-    python bench/faults.py [--quick] [--classes kills,files,writers] [--out faults.json]
+    python bench/faults.py [--quick] [--classes kills,files,writers,configs] [--out faults.json]
 
 Prints one ``passed/tried`` line per class, then each failed case. The classes:
 - kills: kill -9 at named points of a training job (every phase: a step, a micro-batch, a
@@ -12,7 +12,10 @@ Prints one ``passed/tried`` line per class, then each failed case. The classes:
   (``bench/_fault_files.py``);
 - writers: two jobs on one run: the second refuses while the first lives, takes over after
   kill -9 of the first and its lease's expiry, and the run equals an uninterrupted one
-  (``bench/_fault_writers.py``).
+  (``bench/_fault_writers.py``);
+- configs: malformed config files (YAML syntax, a key given twice at several depths, empty,
+  missing, wrong types, out-of-range values, unknown keys) through ``ihsweep.cost`` and a
+  Snakemake dry run: one line naming the file and line, or the key (``bench/_fault_configs.py``).
 
 ``--quick`` runs a few cases of each class (tests/test_faults.py runs it in CI).
 """
@@ -27,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-CLASSES = ("kills", "files", "writers")
+CLASSES = ("kills", "files", "writers", "configs")
 
 
 def cases_of(name: str, quick: bool) -> list[tuple[str, bool, str]]:
@@ -39,6 +42,10 @@ def cases_of(name: str, quick: bool) -> list[tuple[str, bool, str]]:
         from _fault_files import file_damage_cases
 
         return file_damage_cases(quick)
+    if name == "configs":
+        from _fault_configs import config_cases
+
+        return config_cases(quick)
     from _fault_writers import writer_cases
 
     return writer_cases(quick)

@@ -7,6 +7,8 @@
   law's predictions, each run's training spec).
 - ``ihsweep.config.keys``: where a study's files are: ``StudyPaths``, each folder keyed by the
   settings that decide its files.
+- ``ihsweep.config.files``: config files read strictly (``read_config_file``): a YAML error
+  names the file and line, a key given twice is refused.
 - ``ihsweep.config.checks``: the checks a schema cannot express that need nothing but the
   config, ``read_study`` (schema, checks, ``Study``) and the command-line tools' config files.
 
@@ -20,6 +22,7 @@ from ihsweep.config.checks import (
     read_study,
     study_of_files,
 )
+from ihsweep.config.files import read_config_file
 from ihsweep.config.keys import StudyPaths, probe_key
 from ihsweep.config.schema import (
     MOVED_KEYS,
@@ -47,5 +50,6 @@ __all__ = [
     "EXECUTION", "GPT2_VOCAB_SIZE", "MODEL_KEYS", "MOVED_KEYS", "SCHEMA", "ConfigError", "Run",
     "Study", "StudyPaths", "add_configfile", "checkpoint_steps", "complete", "densify_tokens",
     "expand_runs", "first_schema_problem", "law_updates", "load_configfiles", "load_schema",
-    "probe_key", "read_study", "schedule_tokens", "study_definition", "study_of_files",
+    "probe_key", "read_config_file", "read_study", "schedule_tokens", "study_definition",
+    "study_of_files",
 ]  # fmt: skip

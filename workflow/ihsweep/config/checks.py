@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import yaml
 
+from ihsweep.config.files import read_config_file
 from ihsweep.config.schema import (
     SCHEMA,
     ConfigError,
@@ -78,12 +78,13 @@ def read_study(config: dict, schema: str | Path = SCHEMA) -> Study:
 
 
 def load_configfiles(paths: list[Path]) -> dict:
-    """Several YAML files merged in order, as ``snakemake --configfile a b`` merges them."""
+    """Several YAML files merged in order, as ``snakemake --configfile a b`` merges them, each
+    read strictly (``read_config_file``: ``ConfigError`` naming the file and line)."""
     from snakemake.utils import update_config
 
     config: dict = {}
     for path in paths:
-        update_config(config, yaml.safe_load(Path(path).read_text()))
+        update_config(config, read_config_file(path))
     return config
 
 
@@ -119,6 +120,7 @@ def _check_semantics(config: dict) -> list[tuple[int, Run]]:
         _check_chain_source(config["datasets"], dataset.get("grid", name), dataset)
     budgets = [_entry_training(config, i)["tokens"] for i in range(len(config["runs"]))]
     _check_checkpoints(config["checkpoints"], max([config["training"]["tokens"], *budgets]))
+    _check_budgets_reach_a_checkpoint(config, budgets)
     runs = _check_run_names(config)
     for index, run in runs:
         _check_run(config, index, run)
@@ -178,6 +180,22 @@ def _check_chain_source(datasets: dict, name: str, dataset: dict) -> None:
             f"datasets.{name}.chain.source: {source!r} {what}; a bigram chain counts the tokens "
             f"of a natural dataset: " + (", ".join(natural) or "define one under datasets")
         )
+
+
+def _check_budgets_reach_a_checkpoint(config: dict, budgets: list[int]) -> None:
+    """Every run's budget reaches the schedule's first checkpoint: a run that ends before it
+    has its last step alone to probe, and no emergence point can come of it."""
+    first = schedule_tokens(config["checkpoints"], max([config["training"]["tokens"], *budgets]))
+    if not first:
+        return
+    for index, budget in enumerate(budgets):
+        if budget < first[0]:
+            own = "tokens" in config["runs"][index].get("training", {})
+            key = f"runs[{index}].training.tokens" if own else "training.tokens"
+            raise ConfigError(
+                f"{key}: {budget} tokens end before the first checkpoint at {first[0]} tokens"
+                f" (checkpoints); raise the budget or start the checkpoints earlier"
+            )
 
 
 def _check_checkpoints(checkpoints: dict, budget: int) -> None:
