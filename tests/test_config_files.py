@@ -44,5 +44,6 @@ def test_a_merge_key_is_no_duplicate_but_a_key_twice_in_a_merged_mapping_is(tmp_
     path.write_text("a: &x {k: 1, m: 2}\nb:\n  <<: *x\n  k: 3\n")
     assert read_config_file(path)["b"] == {"k": 3, "m": 2}
     path.write_text("a: &x {k: 1}\nb:\n  <<: *x\n  k: 3\n  k: 4\n")
-    with pytest.raises(ConfigError, match=r"study.yaml:5: key 'k' is given twice in one mapping .lines 4 and 5"):
+    twice = r"study.yaml:5: key 'k' is given twice in one mapping .lines 4 and 5"
+    with pytest.raises(ConfigError, match=twice):
         read_config_file(path)
