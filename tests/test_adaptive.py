@@ -95,7 +95,7 @@ def test_non_finite_loss_stops_the_run_at_once_and_records_diverged(data_dir, tm
 def test_a_loss_above_the_uniform_prediction_for_the_stretch_is_divergence(data_dir, tmp_path):
     """lr 10 without clipping: the loss stays finite but far above ln V = ln 64. With
     divergence_tokens = 2,560 (20 updates of 128 tokens) the run stops at step 20 and keeps the
-    checkpoints it wrote before it; without the setting it trains on (only NaN stops a run)."""
+    checkpoints it wrote before it; with the setting false it trains on (only NaN stops it)."""
     common = {"steps": 120, "every": 10, "lr": 10.0, "grad_clip": None, "log_every": 10}
     spec = make_spec(**common, divergence_tokens=2560)
     summary = train(spec, data_dir, tmp_path / "run", **CPU)
@@ -104,9 +104,40 @@ def test_a_loss_above_the_uniform_prediction_for_the_stretch_is_divergence(data_
     assert "for 2560 tokens, at step 20 (lr " in summary["outcome_detail"]
     # Step 20's checkpoint would hold the diverged model: only the one before is kept.
     assert [m["step"] for m in list_checkpoints(tmp_path / "run")] == [10]
-    assert train(make_spec(**common), data_dir, tmp_path / "on", **CPU)["outcome"] == "completed"
+    off = make_spec(**common, divergence_tokens=False)
+    assert train(off, data_dir, tmp_path / "on", **CPU)["outcome"] == "completed"
     # The stopping settings are not part of the run: its fingerprint is the same.
-    assert spec_hash(spec) == spec_hash(make_spec(**common))
+    assert spec_hash(spec) == spec_hash(off) == spec_hash(make_spec(**common))
+
+
+def test_lr_1e3_under_the_default_rule_diverges_in_one_line_and_is_censored(data_dir, tmp_path):
+    """The default config's clipping and divergence rule, at lr 1e3: the loss climbs far above
+    ln V and stays finite. The default rule (2 ln V for 5% of the updates) ends the run at the
+    first logged loss past that stretch, in one line naming the run, the loss and the rule; the
+    probe step lists it and the emergence table and the law fit leave it out as diverged."""
+    spec = make_spec(steps=120, every=30, lr=1e3, log_every=10)
+    assert spec["training"]["divergence_tokens"] is None and spec["training"]["grad_clip"] == 1.0
+    run_dir = tmp_path / "run"
+    proc = subprocess.run(train_cmd(spec, data_dir, run_dir), env=subprocess_env(),
+                          capture_output=True, text=True, timeout=TIMEOUT)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    said = f"[{spec['run_id']}] diverged: train loss "
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(said)]
+    assert len(lines) == 1 and not proc.stderr, proc.stdout + proc.stderr
+    assert f"above 2 ln(vocabulary) = {2 * math.log(64):.4f}" in lines[0], lines[0]
+    record = json.loads((run_dir / RUN_JSON).read_text())
+    assert record["outcome"] == "diverged" and record["steps"] == 10  # 6 updates: 5% of 120
+    tables = {name: tmp_path / f"{name}.parquet" for name in ("heads", "model")}
+    argv = ["--run-dir", str(run_dir), "--heads", str(tables["heads"])]
+    assert (
+        probe_command.main([*argv, "--model-table", str(tables["model"]), "--device", "cpu"]) == 0
+    )
+    model = pd.read_parquet(tables["model"])
+    assert (model["outcome"] == "diverged").all()
+    rule = {"metric": "ps_max", "method": "sigmoid", "min_rise": 0.1}
+    row = emergence_table(model, rule)
+    assert row.loc[0, "reason"].startswith("diverged: train loss ")
+    assert not row.loc[0, "emerged"]
 
 
 def test_a_non_finite_validation_loss_writes_no_checkpoint_and_records_diverged(
@@ -138,7 +169,12 @@ def test_divergence_watch_counts_from_the_last_loss_at_or_below_uniform():
     watch = DivergenceWatch(math.e**2, patience_tokens=100, tokens_per_step=10, logged=[])
     assert watch.check_logged(5, 1.9) is None and watch.check_logged(14, 3.0) is None
     assert watch.check_logged(15, 3.0)[0] == 15
-    assert DivergenceWatch(10, None, 10, []).check_logged(10**6, 1e9) is None
+    assert DivergenceWatch(10, False, 10, [], total_steps=100).check_logged(10**6, 1e9) is None
+    # The default rule: above 2 ln V for 5% of the updates, counted from the last loss below.
+    default = DivergenceWatch(math.e**2, None, 10, [], total_steps=200)
+    assert default.ceiling == 4 and default.patience == 10
+    assert default.check_logged(5, 3.9) is None and default.check_logged(14, 4.1) is None
+    assert default.check_logged(15, 4.1)[0] == 15
 
 
 # --------------------------------------------------------------------------------------------

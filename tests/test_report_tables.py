@@ -130,9 +130,10 @@ def test_natural_page_shows_outcomes_tokens_and_predictions():
     assert "train loss nan at step 812" in diverged[9]
     assert flat[5] == "no" and flat[10:] == ["completed", "4M / 4M", "", ""]
     assert page.count('<tr class="diverged">') == 1 and page.count('<tr class="no">') == 1
-    # 9M of 16M trained: 44% saved.
+    # 9M of 16M trained: 3M of the early stop's 4M saved (19%), the diverged run's 4M unspent.
     assert (
-        "Tokens trained: 9M of a 16M budget in total (44% saved). 1 of 4 runs stopped early once"
+        "Tokens trained: 9M of a 16M budget in total (19% saved by early stops; 4M unspent by"
+        " diverged runs). 1 of 4 runs stopped early once"
         " emergence was confirmed, 1 diverged. The law predicted 1 of 2 emerged runs within their"
         " interval"
     ) in page
@@ -160,7 +161,7 @@ def test_markov_page_lists_diverged_runs_as_diverged():
         ["completed", "4M / 4M"], ["stopped early", "1M / 4M"], ["diverged", "0 / 4M"],
         ["completed", "4M / 4M"],
     ]  # fmt: skip
-    assert "Tokens trained: 9M of a 16M budget in total (44% saved)" in page
+    assert "Tokens trained: 9M of a 16M budget in total (19% saved by early stops; 4M" in page
     assert "1 diverged" in page and "The law predicted" not in page  # no law for Markov runs
 
 

@@ -255,11 +255,13 @@ def test_command_prints_outcomes_and_totals(ended, tmp_path, capsys):
     assert "0.01M (lawfit)" in lines[run_id(8)] and "0.01M [0.01M, 0.01M]" in lines[run_id(8)]
     assert "diverged" in lines[run_id(64)] and DETAIL in lines[run_id(64)]
     assert "7 runs: " in out and "2 diverged," in out
-    # Ended: 640k + 320k + 100k + 192k = 1.252M of 4 x 640k = 2.56M, 51.1% saved; with the
-    # running, interrupted and silent runs 1.998M of 4.48M.
+    # Ended: 640k + 320k + 100k + 192k = 1.252M of 4 x 640k = 2.56M; the early stop saved
+    # 320k (12.5%), the diverged runs left 540k + 448k = 0.988M unspent; with the running,
+    # interrupted and silent runs 1.998M of 4.48M.
     assert (
-        "tokens trained: 1.25M of 2.56M budget over the 4 ended runs, 51.1% saved;"
-        " 2.00M of 4.48M over all 7; 1 stopped early; 2 diverged;"
+        "tokens trained: 1.25M of 2.56M budget over the 4 ended runs, 12.5% saved by early"
+        " stops; 2.00M of 4.48M over all 7; 1 stopped early; 2 diverged (0.99M unspent, not"
+        " saved);"
         " the law predicted 2 of 3 emerged runs within their interval"
     ) in out
     written = pd.read_csv(tmp_path / "status.csv").set_index("run_id")

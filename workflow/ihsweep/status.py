@@ -226,13 +226,18 @@ def totals(table: pd.DataFrame) -> str:
     and diverged, and how many emerged runs the law predicted within their interval."""
     ended = table[table["state"].isin(ENDED)]
     trained, budget = ended["tokens"].sum(), ended["budget"].sum()
-    saved = f", {100 * (1 - trained / budget):.1f}% saved" if budget else ""
+    # Saved: the budget early stops left untrained. A diverged run's is lost, not saved.
+    early = ended[ended["outcome"] == "stopped_early"]
+    saved_tokens = (early["budget"] - early["tokens"]).sum()
+    saved = f", {100 * saved_tokens / budget:.1f}% saved by early stops" if budget else ""
+    diverged = ended[ended["outcome"] == "diverged"]
+    lost = (diverged["budget"] - diverged["tokens"]).sum()
     parts = [
         f"tokens trained: {_millions(trained)} of {_millions(budget)} budget over the"
         f" {len(ended)} ended runs{saved}; {_millions(table['tokens'].sum())} of"
         f" {_millions(table['budget'].sum())} over all {len(table)}",
-        f"{int((table['outcome'] == 'stopped_early').sum())} stopped early",
-        f"{int((table['outcome'] == 'diverged').sum())} diverged",
+        f"{len(early)} stopped early",
+        f"{len(diverged)} diverged" + (f" ({_millions(lost)} unspent, not saved)" if lost else ""),
     ]
     judged = table["predicted_within"].dropna()
     if len(judged):

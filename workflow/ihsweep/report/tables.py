@@ -138,7 +138,8 @@ def _column(table: pd.DataFrame, name: str, default=math.nan) -> pd.Series:
 
 
 def totals(table: pd.DataFrame) -> str:
-    """Tokens trained against the budget in total (and the saving), runs stopped early and
+    """Tokens trained against the budget in total (the saving of early stops; the budget
+    diverged runs left unspent is no saving), runs stopped early and
     diverged: the first line of the emergence pages ("" for an empty table)."""
     if not len(table):
         return ""
@@ -151,10 +152,14 @@ def totals(table: pd.DataFrame) -> str:
     budget = pd.to_numeric(_column(table, "budget"), errors="coerce")
     if trained.isna().any() or budget.isna().any() or not budget.sum() > 0:
         return counts
-    saved = 100 * (1 - trained.sum() / budget.sum())
+    unspent = budget - trained
+    saved = 100 * unspent[outcome == "stopped_early"].sum() / budget.sum()
+    lost = unspent[outcome == "diverged"].sum()  # a diverged run's budget is not saved
+    lost_text = f"; {format_tokens(lost, 3)} unspent by diverged runs" if lost > 0 else ""
     return (
         f"Tokens trained: {format_tokens(trained.sum(), 3)} of a"
-        f" {format_tokens(budget.sum(), 3)} budget in total ({saved:.0f}% saved). " + counts
+        f" {format_tokens(budget.sum(), 3)} budget in total ({saved:.0f}% saved by early"
+        f" stops{lost_text}). " + counts
     )
 
 

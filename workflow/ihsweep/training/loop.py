@@ -206,7 +206,8 @@ class Trainer:
         self.progress = Progress(self.progress_seconds, self.step)  # times the session too
         vocab = self.job.model.cfg.vocab_size
         self.watch = DivergenceWatch(vocab, self.spec["training"]["divergence_tokens"],
-                                     self.tokens_per_step, self.losses.train_losses())  # fmt: skip
+                                     self.tokens_per_step, self.losses.train_losses(),
+                                     self.schedule.total_steps)  # fmt: skip
         if self.schedule.checkpoints(self.step) and (reason := self.stops_early()):
             return self.finish("stopped_early", reason)  # resumed where it had stopped
         while self.step < self.schedule.total_steps:

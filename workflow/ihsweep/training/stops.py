@@ -70,17 +70,36 @@ class Diverged(Exception):
         self.step, self.why = step, why
 
 
+# The default divergence rule (``training.divergence_tokens: null``): a logged train loss above
+# twice the uniform prediction's, 2 ln V, for 5% of the run's updates. An initialised model
+# predicts ~ln V and a learning one goes below; on i.i.d. uniform tokens the loss stays at
+# ln V, so the ceiling is set well above it; lr 1e3 sends the loss to ~1e9.
+DEFAULT_CEILING_FACTOR = 2.0
+DEFAULT_PATIENCE_FRACTION = 0.05
+
+
 class DivergenceWatch:
     """Whether a run has diverged: a non-finite train loss (checked on every loss the moment
-    it reaches the host, at most ``log_every`` updates after it was computed), or, with
-    ``training.divergence_tokens``, logged train losses above ln(vocabulary size) for that many
-    tokens. ln V is the loss of the uniform prediction an initialised model makes; a model that
-    stays worse than that is not learning. It counts from the last logged loss at or below it,
-    which ``loss.csv`` keeps, so a resumed run decides the same."""
+    it reaches the host, at most ``log_every`` updates after it was computed), or logged train
+    losses above a ceiling for a stretch: by default (``training.divergence_tokens: null``)
+    above 2 ln(vocabulary size) for 5% of the run's ``total_steps``; with a number of tokens,
+    above ln(vocabulary size) for that many; with false, never. ln V is the loss of the
+    uniform prediction an initialised model makes; a model that stays worse than that is not
+    learning. It counts from the last logged loss at or below the ceiling, which ``loss.csv``
+    keeps, so a resumed run decides the same."""
 
-    def __init__(self, vocab_size: int, patience_tokens, tokens_per_step, logged):
-        self.ceiling = math.log(vocab_size)
-        self.patience = None if patience_tokens is None else patience_tokens / tokens_per_step
+    def __init__(self, vocab_size, patience_tokens, tokens_per_step, logged, total_steps=None):
+        uniform = math.log(vocab_size)
+        self.ceiling, self.ceiling_name = uniform, "ln(vocabulary)"
+        self.ceiling_is = "the uniform prediction's loss"
+        self.patience = None
+        if patience_tokens is None and total_steps is not None:
+            self.ceiling = DEFAULT_CEILING_FACTOR * uniform
+            self.ceiling_name = f"{DEFAULT_CEILING_FACTOR:g} ln(vocabulary)"
+            self.ceiling_is = f"{DEFAULT_CEILING_FACTOR:g}x the uniform prediction's loss"
+            self.patience = max(1, math.ceil(DEFAULT_PATIENCE_FRACTION * total_steps))
+        elif patience_tokens not in (None, False):
+            self.patience = patience_tokens / tokens_per_step
         self.tokens_per_step = tokens_per_step
         self.last_good = max((s for s, loss in logged if loss <= self.ceiling), default=0)
 
@@ -97,7 +116,7 @@ class DivergenceWatch:
         if self.patience is not None and step - self.last_good >= self.patience:
             tokens = (step - self.last_good) * self.tokens_per_step
             return step, (
-                f"train loss {loss:.4f}, above ln(vocabulary) = {self.ceiling:.4f} (the uniform"
-                f" prediction) for {tokens} tokens,"
+                f"train loss {loss:.4g}, above {self.ceiling_name} = {self.ceiling:.4f}"
+                f" ({self.ceiling_is}) for {tokens} tokens,"
             )
         return None
