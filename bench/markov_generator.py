@@ -8,8 +8,9 @@ vectorised side draws from one PreparedChain (P checked, alias tables built once
 step drawing several splits would); the ratio with the table build charged to each cell's
 vectorised run is printed too.
 
-The default vocabulary is the SPEC's 10,000 (the paper's chains). The ratio grows with V: a
-reference draw masks a whole row (O(V)), a vectorised one scans the sequence's own types
+The default vocabulary is the method's 10,000 (the paper's chains:
+docs/method.md#synthetic-markov-data-dependency-categoriality-marginal). The ratio grows with V:
+a reference draw masks a whole row (O(V)), a vectorised one scans the sequence's own types
 (O(C)); at V = 1,000 it is about 3x lower than at 10,000 (45-150x measured, against 160-630x).
 
     .venv/bin/python bench/markov_generator.py                  # V=10000, C=64, three cells
@@ -40,7 +41,9 @@ def parse_cells(text: str) -> list[tuple[float, float]]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--vocab", type=int, default=10_000, help="V (default 10000, the SPEC's)")
+    p.add_argument(
+        "--vocab", type=int, default=10_000, help="V (default 10000, as in docs/method.md)"
+    )
     p.add_argument("--context", type=int, default=64, help="C (default 64)")
     p.add_argument("--alpha", type=float, default=0.1, help="Dirichlet concentration of rows")
     p.add_argument(

@@ -7,9 +7,10 @@ every state, spool, log and pid file under ``root``, two fake GPUs (character de
 like the slurm profile's default (``gpu``), so that the real profile needs no partition
 override. ``stop()`` stops the three daemons by pid and removes the config files it wrote.
 
-Facts this relies on (shared/notes/local-slurm.md): the config must be at
-/etc/slurm/slurm.conf (jobs lose ``SLURM_CONF``), so this needs root; without slurmdbd, status
-checks must use squeue, and MinJobAge must stay well above the polling interval.
+Facts this relies on (each seen with Slurm 22.05 and snakemake-executor-plugin-slurm 2.8): the
+config must be at /etc/slurm/slurm.conf (jobs lose ``SLURM_CONF``), so this needs root; without
+slurmdbd, status checks must use squeue, and MinJobAge must stay well above the polling
+interval.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Config files read strictly (``ihsweep.config.files``): every malformed file of the fault
 matrix's configs class (``bench/_fault_configs.py``) ends, through ``python -m ihsweep.cost``
-and through a Snakemake dry run, in one line naming the file and line or the key; the README
-quotes the messages Snakemake prints itself, before the Snakefile runs; and the strict reading
-reads every shipped study as PyYAML does."""
+and through a Snakemake dry run, in one line naming the file and line or the key; the
+configuration page the README links (docs/configuration.md) quotes the messages Snakemake prints
+itself, before the Snakefile runs; and the strict reading reads every shipped study as PyYAML
+does."""
 
 from __future__ import annotations
 
@@ -25,10 +26,11 @@ def test_every_malformed_config_file_is_one_line_through_cost_and_snakemake():
     assert not failed, failed
 
 
-def test_the_readme_quotes_what_snakemake_says_itself_and_the_fix():
-    readme = (REPO / "README.md").read_text()
+def test_the_readme_links_the_page_that_quotes_what_snakemake_says_itself_and_the_fix():
+    assert "(docs/configuration.md" in (REPO / "README.md").read_text()
+    page = (REPO / "docs" / "configuration.md").read_text()
     for message in SNAKEMAKE_OWN.values():
-        assert message in readme, message
+        assert message in page, message
 
 
 def test_shipped_studies_read_strictly_as_pyyaml_reads_them():

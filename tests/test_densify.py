@@ -1,9 +1,9 @@
 """``checkpoints.densify``: log-spaced checkpoints around each run's predicted emergence point.
 
-The law U_pt = T / (B^a C^b) (SPEC section 3), given inline or read from a pilot study's
-lawfit.json, predicts each natural-data run's emergence point; the token counts added around it
-are merged with the fixed schedule and converted to steps like it. Studies are the tiny ones of
-tests/studies/, with overrides merged as several ``--configfile`` files merge.
+The law U_pt = T / (B^a C^b) (docs/method.md#the-law-and-its-fit), given inline or read from a
+pilot study's lawfit.json, predicts each natural-data run's emergence point; the token counts
+added around it are merged with the fixed schedule and converted to steps like it. Studies are
+the tiny ones of tests/studies/, with overrides merged as several ``--configfile`` files merge.
 """
 
 from __future__ import annotations

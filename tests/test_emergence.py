@@ -28,7 +28,7 @@ X = np.log10(TOKENS)
 TOLERANCE = 0.1  # decades of tokens
 NOISE = 0.02
 MIN_RISE = 0.1  # the study default (schema), passed explicitly: detect has no defaults
-SPEC = {"metric": "ps_max", "method": "breakpoint", "min_rise": MIN_RISE}
+RULE = {"metric": "ps_max", "method": "breakpoint", "min_rise": MIN_RISE}
 
 
 def logistic(x0, k=15.0):
@@ -210,7 +210,7 @@ def test_emergence_table_one_row_per_run_in_tokens_and_updates():
         for t, v in zip(TOKENS[::-1], y[::-1], strict=True)  # order must not matter
     ]
     rows.append(model_table_row("run_a", 16, 64, 0, 0.9))  # an init checkpoint: dropped
-    table = emergence_table(pd.DataFrame(rows), SPEC)
+    table = emergence_table(pd.DataFrame(rows), RULE)
 
     assert list(table.columns) == TABLE_COLUMNS
     assert list(table["run_id"]) == ["run_a", "run_b", "run_c"]
@@ -246,7 +246,7 @@ def test_run_point_is_the_tables_point(method):
 def test_emergence_table_rejects_a_missing_metric():
     table = pd.DataFrame([model_table_row("r", 8, 32, 62_500, 0.1)]).drop(columns="la_max")
     with pytest.raises(ValueError, match="la_max"):
-        emergence_table(table, {**SPEC, "metric": "la_max"})
+        emergence_table(table, {**RULE, "metric": "la_max"})
 
 
 # --------------------------------------------------------------------------------------------
@@ -269,7 +269,7 @@ def curve_rows(run_id, y, tokens=TOKENS):
 
 def test_emergence_table_states_outcome_tokens_trained_and_the_prediction():
     y = noisy(logistic(6.0))
-    spec = {**SPEC, "method": "sigmoid"}
+    spec = {**RULE, "method": "sigmoid"}
     inside = with_record(curve_rows("inside", y), predicted=1e6)
     outside = with_record(curve_rows("outside", y), predicted=1e5)
     none = with_record(curve_rows("none", y))
@@ -295,7 +295,7 @@ def test_emergence_table_states_outcome_tokens_trained_and_the_prediction():
 
 
 def test_emergence_table_of_old_probe_tables_counts_runs_as_completed():
-    table = emergence_table(pd.DataFrame(curve_rows("r", noisy(logistic(6.0)))), SPEC)
+    table = emergence_table(pd.DataFrame(curve_rows("r", noisy(logistic(6.0)))), RULE)
     assert table.loc[0, "outcome"] == "completed" and table.loc[0, "outcome_detail"] == ""
     assert math.isnan(table.loc[0, "budget"]) and pd.isna(table.loc[0, "predicted_within"])
 
@@ -307,7 +307,7 @@ def test_early_stop_waits_for_a_confirmed_point_and_the_margin(method):
     the stopped series lies within the full series' interval."""
     curve = logistic(5.6) if method == "sigmoid" else ramp(5.5, 0.3)
     table = pd.DataFrame(curve_rows("r", noisy(curve, 4)))
-    spec = {**SPEC, "method": method}
+    spec = {**RULE, "method": method}
     margin = 0.3
     decisions = [confirmed_emergence(table.iloc[:n], spec, margin) for n in range(1, len(X) + 1)]
     stop = next(n for n, reason in enumerate(decisions, start=1) if reason)
@@ -325,12 +325,12 @@ def test_early_stop_waits_for_a_confirmed_point_and_the_margin(method):
 
 def test_early_stop_never_fires_without_a_transition_and_waits_for_a_larger_margin():
     flat = pd.DataFrame(curve_rows("r", noisy(np.full(len(X), 0.05), 5)))
-    assert all(confirmed_emergence(flat.iloc[:n], SPEC, 0.0) is None for n in range(1, len(X) + 1))
+    assert all(confirmed_emergence(flat.iloc[:n], RULE, 0.0) is None for n in range(1, len(X) + 1))
     rising = pd.DataFrame(curve_rows("r", noisy(ramp(5.9, 0.3), 6)))
 
     def first_stop(margin):
         return next(
-            (n for n in range(1, len(X) + 1) if confirmed_emergence(rising.iloc[:n], SPEC, margin)),
+            (n for n in range(1, len(X) + 1) if confirmed_emergence(rising.iloc[:n], RULE, margin)),
             None,
         )
 

@@ -1,8 +1,9 @@
 """ihsweep.analysis.frontier and ihsweep.figures.markov: hand-made (f, r) grids with known answers.
 
-Grids are the SPEC's {0.1, 0.3, 0.5, 0.7, 0.9} squared unless a test says otherwise, so cell
-edges lie at 0, 0.2, 0.4, 0.6, 0.8 and 1.0, and every expected frontier and staircase below can
-be read off a sketch of the grid.
+Grids are the method's {0.1, 0.3, 0.5, 0.7, 0.9} squared
+(docs/method.md#semi-natural-markov-data-frequency-and-reliability) unless a test says otherwise,
+so cell edges lie at 0, 0.2, 0.4, 0.6, 0.8 and 1.0, and every expected frontier and staircase
+below can be read off a sketch of the grid.
 """
 
 import math
@@ -327,7 +328,8 @@ def property_runs():
     for d in (False, True):
         for c in (False, True):
             for marginal in ("gaussian", "zipfian", "uniform"):
-                # -D never emerges; at f = 0.1 only Zipfian +C does (SPEC section 4).
+                # -D never emerges; at f = 0.1 only Zipfian +C does
+                # (docs/method.md#synthetic-markov-data-dependency-categoriality-marginal).
                 def emerges(f, r, s, d=d, c=c, marginal=marginal):
                     return d and (f > 0.5 or (c and marginal == "zipfian"))
 
@@ -400,7 +402,8 @@ def figure_inputs():
     requested = pd.DataFrame(
         [(f, r) for f in GRID for r in GRID], columns=["frequency", "reliability"]
     )
-    # The paper's rule undershoots f more at high r (SPEC section 4); the calibrated one hits it.
+    # The paper's rule undershoots f more at high r; the calibrated one hits it
+    # (docs/method.md#semi-natural-markov-data-frequency-and-reliability).
     paper = requested.assign(
         measured_frequency=requested["frequency"] * (1 - 0.2 * requested["reliability"]),
         measured_reliability=requested["reliability"] - 0.005,

@@ -1,4 +1,6 @@
-"""Known-answer tests for the probes of SPEC section 1 (ihsweep.probing.scores)."""
+"""Known-answer tests for the probes of docs/method.md (ihsweep.probing.scores): the probe batch,
+PS, LA and AR (#the-probe-batch, #prefix-matching-score-ps, #logit-attribution-la,
+#associative-recall-ar)."""
 
 from __future__ import annotations
 
@@ -211,13 +213,15 @@ def test_associative_recall_hand_made_logits():
 
 
 def next_token(tokens: torch.Tensor, b: int, p: int) -> int:
-    """SPEC: the token after the earlier copy; at the last position, the sequence's first token."""
+    """The correct next token of docs/method.md#logit-attribution-la: the token after the earlier
+    copy; at the last position, the sequence's first token."""
     s = tokens.shape[1] // 2
     return tokens[b, p - s + 1].item() if p < 2 * s - 1 else tokens[b, 0].item()
 
 
 def reference_head(pattern, z, W_O_h, W_U, tokens, h: int) -> tuple[float, float]:
-    """PS and LA of head ``h``, SPEC section 1 read literally, one instance at a time.
+    """PS and LA of head ``h``, docs/method.md#prefix-matching-score-ps and
+    docs/method.md#logit-attribution-la read literally, one instance at a time.
 
     ``pattern`` [batch, head, q, k] and ``z`` [batch, pos, head, d_head] of its layer, its output
     projection ``W_O_h`` [d_head, d_model] and the unembedding ``W_U``, all float64."""

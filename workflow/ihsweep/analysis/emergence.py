@@ -1,4 +1,4 @@
-"""When do induction heads emerge in one run? (SPEC section 3, "Not published ... Ours").
+"""When do induction heads emerge in one run? (docs/method.md#the-emergence-rule).
 
 Input is one run's checkpoint series: ``tokens`` (tokens seen at each checkpoint, > 0, strictly
 ascending) and ``values``, one probe metric at each checkpoint: the max-over-heads
@@ -97,7 +97,8 @@ and second-to-last checkpoints. A sigmoid whose midpoint lies beyond the budget 
 emerged" even when its early rise is visible; the breakpoint method then reports the onset,
 which did happen within the budget.
 
-Updates are tokens / (B * C) (SPEC section 2); ``emergence_table`` reports both.
+Updates are tokens / (B * C) (docs/method.md#the-model-and-training-runs); ``emergence_table``
+reports both.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Where in the (frequency, reliability) plane do induction heads form? (SPEC section 4).
+"""Where in the (frequency, reliability) plane do induction heads form?
+(docs/method.md#the-pareto-frontier).
 
 Experiments 2 and 3 train one run per seed on Markov data generated with a requested frequency
 ``f = P(AB...A)`` and reliability ``r = P(B | AB...A)``. The input here is the per-run emergence

@@ -1,4 +1,4 @@
-"""Fit the emergence law to the per-run emergence table (SPEC section 3).
+"""Fit the emergence law to the per-run emergence table (docs/method.md#the-law-and-its-fit).
 
 The law: the number of updates at which induction heads emerge, U_pt, falls with batch size B
 (sequences per update) and context size C (tokens per sequence) as

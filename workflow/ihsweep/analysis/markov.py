@@ -1,6 +1,6 @@
-"""The Markov-data analysis (experiments 2 and 3, SPEC section 4): each run's emergence point,
-found exactly as for natural data (``ihsweep.analysis.emergence``), joined to its dataset's
-requested (f, r), its chain's properties and the generator's measured statistics.
+"""The Markov-data analysis (experiments 2 and 3, docs/method.md#data-families): each run's
+emergence point, found exactly as for natural data (``ihsweep.analysis.emergence``), joined to
+its dataset's requested (f, r), its chain's properties and the generator's measured statistics.
 
 - ``run_table``: one row per run, the emergence columns of ``emergence.TABLE_COLUMNS`` plus
   ``RUN_EXTRA`` (below);

@@ -2,8 +2,9 @@
 
 A ``Study`` is a validated config (defaults filled in) and everything derived from it: the
 grid of runs (``Run``), each run's recipe, checkpoint steps and training spec. The checkpoint
-schedule is given in tokens, the same for every run (SPEC section 2), and turned into update
-counts per run here, so that every consumer agrees on which steps are saved.
+schedule is given in tokens, the same for every run (docs/method.md#the-checkpoint-schedule),
+and turned into update counts per run here, so that every consumer agrees on which steps are
+saved.
 ``checkpoints.densify`` adds, to each natural-data run, log-spaced token counts around the
 emergence point the law U_pt = T / (B^a C^b) predicts for it (``law_updates``), and records
 that prediction in the run's training spec (``Study.prediction``).

@@ -1,4 +1,5 @@
-"""The repetition-controlled Markov process of experiments 2 and 3 (SPEC section 4).
+"""The repetition-controlled Markov process of experiments 2 and 3
+(docs/method.md#semi-natural-markov-data-frequency-and-reliability).
 
 This module defines the process and holds what every part of it shares: the chain utilities
 (checks, stationary distribution, entropy rate) and the calibration of the context-start

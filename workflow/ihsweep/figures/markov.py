@@ -1,4 +1,5 @@
-"""Figures of the Markov-data experiments (SPEC section 4), in ``ihsweep.figures.style``.
+"""Figures of the Markov-data experiments (docs/method.md#data-families), in
+``ihsweep.figures.style``.
 
 - ``plot_frontier``: experiment 2's (f, r) grid, each cell coloured by its emergence point
   (log tokens) or hatched grey with "none", the frontier staircase over it, cells that break
@@ -390,7 +391,8 @@ def _requested_vs_measured(ax, stats: pd.DataFrame, knob: str, groups: list[str]
     ax.set_xlim(-0.03, 1.03)
     ax.set_ylim(-0.03, 1.03)
     ax.set_aspect("equal")
-    # The worst miss per generator: the number a reader checks against the SPEC's tolerance.
+    # The worst miss per generator: the number a reader checks against the method's tolerance
+    # (docs/method.md#semi-natural-markov-data-frequency-and-reliability).
     misses = []
     for group in groups:
         sel = labels == group if labels is not None else np.ones(len(stats), dtype=bool)

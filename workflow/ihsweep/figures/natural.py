@@ -1,4 +1,5 @@
-"""The figures of the emergence analysis (SPEC section 3), in one shared style.
+"""The figures of the emergence analysis (docs/method.md#the-emergence-rule and
+#the-law-and-its-fit), in one shared style.
 
 - ``plot_run_curves``: one small panel per run, the emergence metric and AR accuracy against
   tokens seen (log axis), with the detected emergence point and its interval, or "no transition".

@@ -1,4 +1,5 @@
-"""One run's figure: its probe curves and its per-head prefix-matching heat map (SPEC section 1).
+"""One run's figure: its probe curves and its per-head prefix-matching heat map
+(docs/method.md#prefix-matching-score-ps).
 
 ``plot_run``; the command is ``python -m ihsweep.steps.run_figure``.
 

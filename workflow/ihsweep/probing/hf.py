@@ -1,4 +1,6 @@
-"""The probes of SPEC section 1 on a Hugging Face causal LM (a checkpoint suite's revisions).
+"""The probes of docs/method.md (PS, LA and AR: #prefix-matching-score-ps,
+#logit-attribution-la, #associative-recall-ar) on a Hugging Face causal LM (a checkpoint suite's
+revisions).
 
 ``probe_model`` (``ihsweep.probing.scores``) scores any model that returns, from
 ``model(batch, cache=True)``, its logits and per layer ``pattern`` [batch, head, query, key] and

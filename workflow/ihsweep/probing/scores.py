@@ -1,4 +1,5 @@
-"""The three induction-head probes of SPEC section 1, on one fixed probe batch.
+"""The three induction-head probes of docs/method.md (#prefix-matching-score-ps,
+#logit-attribution-la, #associative-recall-ar), on one fixed probe batch (#the-probe-batch).
 
 A probe batch holds ``n`` sequences, each ``s`` distinct token ids repeated twice (length ``2s``).
 At a second-half position ``p`` (``s <= p < 2s``) the current token's earlier copy sits at
@@ -21,8 +22,9 @@ from the second A to the B after the first one is open to it only by position. T
 has a fixed period ``s``, so a layer-0 head that looks back about ``s - 1`` positions scores PS
 without copying anything. Models trained on text with injected copies learn exactly such heads
 (the copies' distances cluster near C/2 = s); they score PS of about 5/C, and for C <= 64 that
-rise passed for an induction head's first stage. ``min_layer = 0`` is SPEC section 1's literal
-maximum over every head. The per-head table always holds every head.
+rise passed for an induction head's first stage. ``min_layer = 0`` is the literal maximum over
+every head of docs/method.md#prefix-matching-score-ps. The per-head table always holds every
+head.
 """
 
 from __future__ import annotations

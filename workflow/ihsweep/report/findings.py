@@ -45,8 +45,9 @@ from ihsweep.analysis.markov import SETTING_KEYS
 from ihsweep.io import RERUN, atomic_path, read_json_file
 from ihsweep.report.tables import left_out
 
-# The paper's results (Aoyama, Wilcox and Schneider, arXiv 2511.16893; SPEC sections 3-4): the
-# only findings not computed from this study's tables.
+# The paper's results (Aoyama, Wilcox and Schneider, arXiv 2511.16893;
+# docs/method.md#the-law-and-its-fit, #the-pareto-frontier and #data-families): the only findings
+# not computed from this study's tables.
 PAPER = MappingProxyType(
     {
         "a": 0.37,

@@ -1,4 +1,5 @@
-"""Rule ``aggregate_markov``: the Markov-data analysis (experiments 2 and 3, SPEC section 4).
+"""Rule ``aggregate_markov``: the Markov-data analysis (experiments 2 and 3,
+docs/method.md#data-families).
 
     python -m ihsweep.steps.aggregate_markov --model-tables A.parquet ... \
         --chunk-metas results/data/<cell>-<key>/C32/chunks.json ... \

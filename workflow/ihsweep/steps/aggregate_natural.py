@@ -1,4 +1,5 @@
-"""Rule ``aggregate_natural``: the emergence analysis of natural data (SPEC section 3).
+"""Rule ``aggregate_natural``: the emergence analysis of natural data
+(docs/method.md#the-emergence-rule and #the-law-and-its-fit).
 
 Reads the per-run model-level probe tables, finds each run's emergence point
 (``ihsweep.analysis.emergence``), fits the law ``U_pt = T / (B^a C^b)`` with the model-size test

@@ -1,1 +1,2 @@
-"""Training: the model, the training loop and the checkpoint format (SPEC section 2)."""
+"""Training: the model, the training loop and the checkpoint format
+(docs/method.md#the-model-and-training-runs)."""

@@ -1,4 +1,4 @@
-"""A GPT-2-style decoder (SPEC section 2) in one file.
+"""A GPT-2-style decoder (docs/method.md#the-model-and-training-runs) in one file.
 
 Pre-LayerNorm blocks, GELU MLP of 4x width (optional: attention-only models are a config switch),
 learned absolute positions, tied input/output embeddings, no dropout and no biases in the
