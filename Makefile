@@ -4,7 +4,7 @@
 VENV   ?= .venv
 PYTHON ?= python3
 # torch==2.13.0 is the CPU wheel on the CPU machines this project is developed on; on a GPU
-# cluster install the CUDA build you want into the venv first (README, "GPU clusters").
+# cluster install the CUDA build you want into the venv first (docs/clusters.md, "Installing for a GPU").
 TORCH  ?= torch==2.13.0
 CORES  ?= all
 TARGETS ?=

@@ -10,8 +10,9 @@ names the file and its line (a file's problem) or the key (a setting's problem).
 
 Snakemake reads a ``--configfile`` before the Snakefile runs: a file that is no YAML at all, or
 missing, fails there with Snakemake's own message, which names no file for a YAML error.
-Those cases pass through Snakemake when it prints the message that the README quotes with its
-fix (``SNAKEMAKE_OWN``); ``python -m ihsweep.cost --configfile <file>`` then names the line.
+Those cases pass through Snakemake when it prints the message that docs/configuration.md quotes
+with its fix (``SNAKEMAKE_OWN``); ``python -m ihsweep.cost --configfile <file>`` then names the
+line.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = (REPO / "config.yaml").read_text()
-# Snakemake's messages for a --configfile it cannot read, as the README quotes them.
+# Snakemake's messages for a --configfile it cannot read, as docs/configuration.md quotes them.
 SNAKEMAKE_OWN = {
     "yaml": "Config file is not valid JSON or YAML. In case of YAML, make sure to not mix "
     "whitespace and tab indentation.",

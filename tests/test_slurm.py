@@ -7,13 +7,13 @@ with the job command lines, sbatch calls and retries of a real cluster. Skipped,
 where the SLURM binaries are missing or the tests do not run as root.
 
 - the smallest study completes, with every rule except the local ones running as a SLURM job;
-- force-retraining one configuration as the README says (delete its folder) reruns only its
+- force-retraining one configuration as docs/running.md says (delete its folder) reruns only its
   train, probe and figure jobs and the aggregate, under SLURM;
 - scancel of a running training job, with SIGTERM (a plain scancel, or preemption) or with
   SIGUSR1 (what the profile asks SLURM to send before the walltime): training saves its state
   at the next step, the retry resumes from exactly that step and ends with the weights of an
   uninterrupted run, bit for bit;
-- kill -9 of the Snakemake driver and of its training job: the README's recovery (unlock, then
+- kill -9 of the Snakemake driver and of its training job: docs/running.md's recovery (unlock, then
   the same command again; the profile sets rerun-incomplete) finishes the study, resuming the
   killed run and not retraining the finished one.
 """
@@ -201,7 +201,7 @@ def test_smallest_study_completes_under_slurm(small):
 def test_deleting_one_run_reruns_only_its_jobs_under_slurm(small):
     keep = run_dir(small.dir, 16)
     kept = {p: p.stat().st_mtime_ns for p in keep.rglob("*") if p.is_file()}
-    # The README's recipe: delete the run folder (its saved state and its figure too).
+    # docs/running.md's recipe: delete the run folder (its saved state and its figure too).
     subprocess.run(["rm", "-r", str(run_dir(small.dir, 32))], check=True)
     rerun = snakemake(small.dir)
     assert rerun.rc == 0, rerun.out[-6000:]

@@ -92,7 +92,7 @@ DEVICE_PROFILES = {
         "mfu": 0.14,
         "step_overhead_ms": 0.5,
         "memory_gb": None,
-        "source": "one thread of the 2-core development machine, measured (README)",
+        "source": "one thread of the 2-core development machine, measured (docs/results.md)",
     },
     "a10": {"peak_tflops": 125, "mfu": GPU_MFU, "step_overhead_ms": 3.0, "memory_gb": 24},
     "l40s": {"peak_tflops": 362, "mfu": GPU_MFU, "step_overhead_ms": 3.0, "memory_gb": 48},
@@ -101,12 +101,13 @@ DEVICE_PROFILES = {
     "h100": {"peak_tflops": 989, "mfu": GPU_MFU, "step_overhead_ms": 3.0, "memory_gb": 80},
     "h200": {
         # bench/device_profile.py on one H200 (torch 2.11, CUDA 13.0, eager bf16): the measured
-        # bf16 matmul peak, and the fit over (B, C) = (8, 64), (32, 256), (256, 1024) (README).
+        # bf16 matmul peak, and the fit over (B, C) = (8, 64), (32, 256), (256, 1024)
+        # (docs/clusters.md).
         "peak_tflops": 807,
         "mfu": 0.083,
         "step_overhead_ms": 1.0,
         "memory_gb": 141,
-        "source": "one H200, measured, eager (README)",
+        "source": "one H200, measured, eager (docs/clusters.md)",
     },
 }
 for _name, _profile in DEVICE_PROFILES.items():
