@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from ihsweep.config import load_schema
-from ihsweep.probing.metrics import EMERGENCE_METRICS, HEAD_SCORES
+from ihsweep.probing.metrics import EMERGENCE_METRICS, HEAD_MAXIMA, HEAD_SCORES
 from ihsweep.probing.run import MODEL_COLUMNS
 from ihsweep.probing.scores import (
     associative_recall,
@@ -80,14 +80,14 @@ def test_probe_model_uniform_attention_gives_closed_form_ps():
     heads, summary = probe_model(model, batch, min_layer=0)
 
     assert model.training, "probe_model must restore the model's training mode"
-    assert list(heads.columns) == ["layer", "head", "ps", "la"]
+    assert list(heads.columns) == ["layer", "head", *HEAD_SCORES]  # ps, la, ...
     assert heads[["layer", "head"]].values.tolist() == [
         [ly, h] for ly in range(2) for h in range(4)
     ]
     assert heads["layer"].dtype == np.int64 and heads["ps"].dtype == np.float64
     np.testing.assert_allclose(heads["ps"], uniform_causal_ps(10), rtol=0, atol=1e-6)
     assert summary["ps_max"] == pytest.approx(uniform_causal_ps(10), abs=1e-6)
-    assert set(summary) == {"ar_acc", "ar_rank", "ps_max", "la_max", "ps_la_corr"}
+    assert set(summary) == {"ar_acc", "ar_rank", *HEAD_MAXIMA, "ps_la_corr"}
     assert all(isinstance(v, float) for v in summary.values())
 
 

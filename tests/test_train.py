@@ -37,7 +37,7 @@ from ihsweep import cost, layout
 from ihsweep.analysis.emergence import run_point
 from ihsweep.config import complete, probe_key
 from ihsweep.data.chunks import open_chunks
-from ihsweep.io import DamagedFile
+from ihsweep.io import DamagedFile, read_parquet_key, write_parquet
 from ihsweep.layout import PROGRESS_JSON
 from ihsweep.probing.run import probe_run
 from ihsweep.steps import train as train_command
@@ -437,6 +437,26 @@ def test_probe_run_memo_probes_each_checkpoint_once(tmp_path, data_dir, capsys):
     for a, b, c in zip(first, second, fresh, strict=True):
         pd.testing.assert_frame_equal(a, b)
         pd.testing.assert_frame_equal(a, c)
+
+
+def test_a_probe_cache_from_before_a_score_existed_is_recomputed(tmp_path, data_dir, capsys):
+    """The cache's key covers the probe settings, not which scores exist: a cached checkpoint
+    without a score's columns (as written before that score was added, under the same key) is
+    probed again, not read, so adding a probe score needs no --forcerun."""
+    run_dir = tmp_path / "run"
+    train(make_spec(steps=40, every=20), data_dir, run_dir, **CPU)
+    probe = {"n_sequences": 20, "max_half_length": 50, "seed": 0, "min_layer": 0}
+    cpu = torch.device("cpu")
+    first = probe_run(run_dir, probe, cpu)
+    assert capsys.readouterr().out.count("probed step") == 2
+    cache = Path(layout.probe_dir(run_dir, probe_key(probe))) / "cache"
+    for path in cache.glob("step_*.parquet"):
+        older = pd.read_parquet(path).drop(columns=["la", "la_max"])
+        write_parquet(older, path, key=read_parquet_key(path))
+    again = probe_run(run_dir, probe, cpu)
+    assert capsys.readouterr().out.count("probed step") == 2
+    for a, b in zip(first, again, strict=True):
+        pd.testing.assert_frame_equal(a, b)
 
 
 @pytest.mark.parametrize("mlp", [False, True])

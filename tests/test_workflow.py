@@ -25,6 +25,7 @@ import yaml
 from conftest import REPO, job_stats, logs_of, mtimes, run_study, snakemake, study_text
 from ihsweep import layout
 from ihsweep.config import StudyPaths
+from ihsweep.probing.metrics import HEAD_MAXIMA, HEAD_SCORES
 from ihsweep.provenance import STUDY_JSON
 from ihsweep.training.checkpoints import read_checkpoint
 from ihsweep.training.model import GPT, GPTConfig
@@ -38,13 +39,14 @@ pytestmark = pytest.mark.slow
 
 CONFIG = study_text("workflow")
 FIGURES = layout.figure_files(layout.NATURAL_FIGURES, NATURAL)
+# The tables' documented columns (docs/files.md); the scores follow the registry.
 HEAD_COLUMNS = [
     "run_id", "data", "model", "batch_size", "context_size", "seed", "step", "tokens",
-    "layer", "head", "ps", "la",
+    "layer", "head", *HEAD_SCORES,
 ]  # fmt: skip
 MODEL_COLUMNS = [
     "run_id", "data", "model", "n_params", "batch_size", "context_size", "seed", "step",
-    "tokens", "ar_acc", "ar_rank", "ps_max", "la_max", "ps_la_corr", "train_loss", "val_loss",
+    "tokens", "ar_acc", "ar_rank", *HEAD_MAXIMA, "ps_la_corr", "train_loss", "val_loss",
     "budget", "outcome", "outcome_detail", "predicted_tokens",
 ]  # fmt: skip
 RUN_FIELDS = ["data", "model", "batch_size", "context_size", "seed"]

@@ -48,7 +48,11 @@ def plot_run(model: pd.DataFrame, heads: pd.DataFrame, point: dict, metric: str,
     with style.figure_style():
         fig = style.new_figure(7.6, 3.1)
         left, right = fig.subplots(1, 2, width_ratios=[1.15, 1])
+        drawn = 0
         for i, (column, label) in enumerate(CURVES):
+            if column not in model:  # a table from before this score existed
+                continue
+            drawn += 1
             ax_line = left.plot(
                 model["tokens"], model[column], marker="o", color=style.PALETTE[i], label=label
             )
@@ -74,7 +78,7 @@ def plot_run(model: pd.DataFrame, heads: pd.DataFrame, point: dict, metric: str,
             left.set_xlim(*_empty_xlim(whole, ending))
             empty = "no checkpoint" + (" before it diverged" if _diverged(ending) else "")
             left.text(0.5, 0.5, empty, transform=left.transAxes, ha="center")
-        handles = left.get_lines()[: len(CURVES)] + loss_ax.get_lines() + extra
+        handles = left.get_lines()[:drawn] + loss_ax.get_lines() + extra
         left.legend(handles=handles, loc="upper left", fontsize=6)
         _heatmap(fig, right, heads)
         if _diverged(ending):

@@ -2,7 +2,8 @@
 ``python -m ihsweep.steps.probe``).
 
 Columns (one row per checkpoint and head / per checkpoint):
-- heads: run_id, data, model, batch_size, context_size, seed, step, tokens, layer, head, ps, la
+- heads: run_id, data, model, batch_size, context_size, seed, step, tokens, layer, head, and one
+  column per score of ``ihsweep.probing.metrics.HEAD_SCORES`` (ps, la)
 - model: run_id, data, model, n_params, batch_size, context_size, seed, step, tokens, ar_acc,
   ar_rank, ps_max, la_max, ps_la_corr, train_loss, val_loss, and from the run's run.json (the
   same on every row): budget (tokens), outcome (completed | stopped_early | diverged),
@@ -139,7 +140,9 @@ def probe_run(
         if key not in memo:
             cache = cache_dir / f"step_{ckpt['step']:06d}.parquet"
             cached = read_cached(cache, key)  # a damaged cache is named and recomputed
-            if cached is not None:
+            # The key covers the probe settings, not which scores exist: a cache written before
+            # a score was added lacks its column and is recomputed.
+            if cached is not None and {*HEAD_COLUMNS, *MODEL_COLUMNS} <= set(cached.columns):
                 memo[key] = cached
             else:
                 memo[key] = df = probe_checkpoint(ckpt, probe, device)
