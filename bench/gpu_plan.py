@@ -125,7 +125,7 @@ def variant_setup(variant: str, plan: dict, C: int, device):
     cfg = GPTConfig(
         vocab_size=plan["vocab"], n_ctx=max(c for _, c in plan["cells"]), **plan["model"]
     )
-    return cfg, variant_path(variant, plan).loss_fn(backend=plan["backend"])
+    return cfg, variant_path(variant, plan).loss_fn(plan["backend"], device.type)
 
 
 def build_model(cfg, device, seed: int = 0):

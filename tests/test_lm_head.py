@@ -160,3 +160,18 @@ def test_auto_takes_the_fastest_path_measured_correct_at_the_nearest_cell():
     assert resolve_step_path({**AUTO, "vocab_padding": 128}, 8, 64, slow) == StepPath(
         head=HeadPath(128)
     )
+
+
+@pytest.mark.parametrize("device_type, explicit", [("cpu", True), ("cuda", False)])
+def test_the_compiled_loss_keeps_sdpa_on_cuda_and_equals_the_eager_loss(device_type, explicit):
+    """Compiled, the loss takes the explicit attention path on the CPU and SDPA's fused kernel
+    on CUDA (the [B, H, C, C] weights never in memory); each traces (TorchDynamo, eager backend)
+    and equals the eager loss within rounding, run here on CPU tensors."""
+    loss = StepPath(compile=True).loss_fn(backend="eager", device_type=device_type)
+    assert loss._torchdynamo_orig_callable.__wrapped__.keywords["explicit"] is explicit
+    torch.manual_seed(3)
+    model = GPT(GPTConfig(vocab_size=64, n_ctx=32, n_layer=2, n_head=2, d_model=16, mlp=True))
+    x = torch.randint(0, 64, (4, 32), generator=torch.Generator().manual_seed(4))
+    torch.testing.assert_close(
+        loss(model, x, NO_AUTOCAST), next_token_loss(model, x, NO_AUTOCAST), rtol=1e-6, atol=0
+    )

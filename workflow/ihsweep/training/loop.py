@@ -177,7 +177,9 @@ class Job:
             + (f", {path.describe()}" if path.describe() else ""),
             flush=True,
         )
-        update = make_update(micro_batch, autocast, tcfg["grad_clip"], path.loss_fn())
+        update = make_update(
+            micro_batch, autocast, tcfg["grad_clip"], path.loss_fn(device_type=device.type)
+        )
         return cls(sampler, val_batches, model, optim, device, micro_batch, autocast, update)
 
 
