@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+from _common import package_env
 
 REPO = Path(__file__).resolve().parents[1]
 BASE = (REPO / "config.yaml").read_text()
@@ -160,13 +161,8 @@ CASES = [
 ]
 
 
-def env() -> dict:
-    path = os.pathsep.join(filter(None, [str(REPO / "workflow"), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, "PYTHONPATH": path}
-
-
 def run(argv: list[str], workdir: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(argv, cwd=workdir, env=env(), capture_output=True, text=True,
+    return subprocess.run(argv, cwd=workdir, env=package_env(), capture_output=True, text=True,
                           timeout=300)  # fmt: skip
 
 

@@ -15,7 +15,6 @@ fields; and no temporary file or lease is left.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from _common import package_env
 
 REPO = Path(__file__).resolve().parents[1]
 KILL_AT = str(REPO / "bench" / "_kill_at.py")
@@ -80,11 +80,6 @@ class Case:
     detail: str
 
 
-def env() -> dict:
-    path = os.pathsep.join(filter(None, [str(REPO / "workflow"), os.environ.get("PYTHONPATH")]))
-    return {**os.environ, "PYTHONPATH": path}
-
-
 def toy_spec(batch: int, context: int, budget: int, checkpoint_tokens, stop: bool) -> dict:
     from ihsweep.config import SCHEMA
     from ihsweep.validate import prepare
@@ -138,8 +133,8 @@ def train_argv(job: dict, run_dir: Path, micro_batch: str) -> list[str]:
 
 
 def run(argv: list[str], timeout: int = 900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *argv], env=env(), capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
+    return subprocess.run([sys.executable, *argv], env=package_env(), capture_output=True,
+                          text=True, timeout=timeout)  # fmt: skip
 
 
 def probe(job: dict, run_dir: Path) -> subprocess.CompletedProcess:

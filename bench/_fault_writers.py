@@ -29,7 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from _fault_kills import differences, env, finished, prepare_data, toy_spec, train_argv
+from _common import package_env
+from _fault_kills import differences, finished, prepare_data, toy_spec, train_argv
 
 LEASE = ("--lease-seconds", "6")
 STEPS = 20000
@@ -43,7 +44,7 @@ WAIT_LINE = "which cannot be checked from here: waiting"
 
 def start(job: dict, run_dir: Path, prefix: tuple[str, ...] = ()) -> subprocess.Popen:
     return subprocess.Popen([*prefix, sys.executable, *train_argv(job, run_dir, "auto"), *LEASE],
-                            env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=package_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)  # fmt: skip
 
 
@@ -56,8 +57,8 @@ def other_host_available() -> str | None:
 
 
 def second_job(job: dict, run_dir: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *train_argv(job, run_dir, "auto"), *LEASE], env=env(),
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    argv = [sys.executable, *train_argv(job, run_dir, "auto"), *LEASE]
+    return subprocess.run(argv, env=package_env(), capture_output=True, text=True, timeout=600)
 
 
 def wait_training(proc: subprocess.Popen, run_dir: Path, rows: int = 50) -> None:

@@ -29,6 +29,10 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
+sys.path.insert(0, str(HERE.parent))
+
+from _common import package_env  # noqa: E402  (bench/, the script's own folder)
+
 PATHS = ("whole", "chunked", "fused")
 
 
@@ -88,9 +92,8 @@ def measure(path: str, positions: int, vocab: int, d_model: int) -> dict:
 def measure_in_child(path: str, positions: int, vocab: int, d_model: int) -> dict:
     argv = [sys.executable, str(HERE), "--child", path, "--positions", str(positions),
             "--vocab", str(vocab), "--d-model", str(d_model)]  # fmt: skip
-    paths = [str(HERE.parents[1] / "workflow"), os.environ.get("PYTHONPATH")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, paths))}
-    out = subprocess.run(argv, capture_output=True, text=True, check=True, env=env).stdout
+    out = subprocess.run(argv, capture_output=True, text=True, check=True,
+                         env=package_env()).stdout  # fmt: skip
     return json.loads(out.strip().splitlines()[-1])
 
 
