@@ -18,7 +18,7 @@ shell.prefix(
 )
 
 
-from ihsweep.config import ConfigError, read_config_file
+from ihsweep.config import ConfigError, coerce_overrides, read_config_file
 
 # Snakemake keeps the last of two equal keys without a word: every config file is read a
 # second time, strictly, so that a key given twice, or a YAML error in config.yaml, gets one
@@ -35,6 +35,15 @@ for path in workflow.config_settings.configfiles or ["config.yaml"]:
 if not workflow.config_settings.configfiles:
 
     configfile: "config.yaml"
+
+
+# Snakemake reads a nested --config value ('training={"tokens": 80000}') as a string: each
+# value from the command line is read as the type the schema wants there (config files' own
+# values are not: a quoted number in a file stays an error naming its key).
+try:
+    coerce_overrides(config, workflow.config_settings.config)
+except ConfigError as err:
+    sys.exit(f"config error: {err}")
 
 
 report: "workflow/report/workflow.rst"

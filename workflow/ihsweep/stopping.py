@@ -118,7 +118,7 @@ def main(argv=None) -> int:
     parser.add_argument("--csv", type=Path, help="also write the per-run table as CSV")
     args = parser.parse_args(argv)
     try:
-        table = replay_table(study_of_files(args.configfile), args.margins)
+        table = replay_table(study_of_files(args.configfile, args.config), args.margins)
     except DamagedFile as err:  # a table to rewrite: its name and fix, not a traceback
         print(err, file=sys.stderr)
         return 1

@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--directory", type=Path, default=Path("."), help="where results/ is")
     p.add_argument("--verbose", action="store_true", help="print every move")
     args = p.parse_args(argv)
-    study = study_of_files(args.configfile)
+    study = study_of_files(args.configfile, args.config)
     print(Upgrade(study, args.directory, args.dry_run).run().summary(args.verbose))
     return 0
 

@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     shown.add_argument("--probes", action="store_true", help="print the model probe tables")
     add_configfile(p)
     args = p.parse_args(argv)
-    study = study_of_files(args.configfile)
+    study = study_of_files(args.configfile, args.config)
     found = []
     for name in args.names:
         matched = folders(study, name, args.probes)

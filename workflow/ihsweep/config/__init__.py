@@ -9,6 +9,8 @@
   settings that decide its files.
 - ``ihsweep.config.files``: config files read strictly (``read_config_file``): a YAML error
   names the file and line, a key given twice is refused.
+- ``ihsweep.config.overrides``: ``--config`` values read as the schema's types
+  (``training={"tokens": 80000}`` arrives from Snakemake as a string).
 - ``ihsweep.config.checks``: the checks a schema cannot express that need nothing but the
   config, ``read_study`` (schema, checks, ``Study``) and the command-line tools' config files.
 
@@ -24,6 +26,7 @@ from ihsweep.config.checks import (
 )
 from ihsweep.config.files import read_config_file
 from ihsweep.config.keys import StudyPaths, probe_key
+from ihsweep.config.overrides import coerce_overrides, parse_overrides
 from ihsweep.config.schema import (
     MOVED_KEYS,
     SCHEMA,
@@ -48,7 +51,8 @@ from ihsweep.config.study import (
 
 __all__ = [
     "EXECUTION", "GPT2_VOCAB_SIZE", "MODEL_KEYS", "MOVED_KEYS", "SCHEMA", "ConfigError", "Run",
-    "Study", "StudyPaths", "add_configfile", "checkpoint_steps", "complete", "densify_tokens",
+    "Study", "StudyPaths", "add_configfile", "checkpoint_steps", "coerce_overrides", "complete",
+    "densify_tokens", "parse_overrides",
     "expand_runs", "first_schema_problem", "law_updates", "load_configfiles", "load_schema",
     "probe_key", "read_config_file", "read_study", "schedule_tokens", "study_definition",
     "study_of_files",

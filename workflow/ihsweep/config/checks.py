@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ihsweep.config.files import read_config_file
+from ihsweep.config.overrides import coerce_overrides, parse_overrides
 from ihsweep.config.schema import (
     SCHEMA,
     ConfigError,
@@ -89,15 +90,30 @@ def load_configfiles(paths: list[Path]) -> dict:
 
 
 def add_configfile(parser: argparse.ArgumentParser) -> None:
-    """The ``--configfile`` flag of the command-line tools (status, cost), as Snakemake's."""
+    """The ``--configfile`` and ``--config`` flags of the command-line tools (status, cost,
+    where, stopping), as Snakemake's."""
     parser.add_argument("--configfile", nargs="+", default=[Path("config.yaml")], type=Path)
+    parser.add_argument(
+        "--config",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="""override config keys as snakemake --config does: 'training={"tokens": 80000}'""",
+    )
 
 
-def study_of_files(paths: list[Path]) -> Study:
-    """The study (``read_study``) of a reading tool's ``--configfile`` files; a bad config
-    exits with its one-line message, as the Snakefile does."""
+def study_of_files(paths: list[Path], overrides: list[str] = ()) -> Study:
+    """The study (``read_study``) of a reading tool's ``--configfile`` files patched by its
+    ``--config`` entries; a bad config exits with its one-line message, as the Snakefile does."""
     try:
-        return read_study(load_configfiles(paths))
+        config = load_configfiles(paths)
+        if overrides:
+            from snakemake.utils import update_config
+
+            parsed = parse_overrides(overrides)
+            update_config(config, parsed)
+            coerce_overrides(config, parsed)
+        return read_study(config)
     except ConfigError as err:
         sys.exit(f"config error: {err}")
 

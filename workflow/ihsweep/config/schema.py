@@ -105,6 +105,11 @@ _Validator = validators.extend(
 )
 
 
+def schema_validator(schema: dict) -> Any:
+    """The validator that fills defaults in as it checks and takes 6.0 for no integer."""
+    return _Validator(schema)
+
+
 def first_schema_problem(config: dict, schema: dict) -> str | None:
     """Fill the schema's defaults into ``config`` (in place) and return the schema error that
     comes first in the config, as one line; None if there is none."""
@@ -131,7 +136,7 @@ def _position(config: Any, error: ValidationError) -> tuple[int, ...]:
     return tuple(position)
 
 
-def _key_path(path: Any) -> str:
+def key_path(path: Any) -> str:
     text = ""
     for key in path:
         text += f"[{key}]" if isinstance(key, int) else (f".{key}" if text else str(key))
@@ -181,7 +186,7 @@ _BOUNDS = {"minimum": ">=", "exclusiveMinimum": ">", "maximum": "<=", "exclusive
 
 def _describe(error: ValidationError) -> str:
     """One line: the key path, what is wrong, and what would be accepted."""
-    where = _key_path(error.absolute_path) or "config"
+    where = key_path(error.absolute_path) or "config"
     kind, value, expected = error.validator, error.instance, error.validator_value
     if kind == "additionalProperties":
         return _describe_unknown_key(error)
@@ -190,7 +195,7 @@ def _describe(error: ValidationError) -> str:
         return f"{where}: missing required key '{missing[0]}'"
     if kind == "type":
         return (
-            f"{where}: expected {_expected_types(expected)}, got {short_repr(value)} "
+            f"{where}: expected {expected_types(expected)}, got {short_repr(value)} "
             f"({type_name(value)}){_number_hint(value, expected)}"
         )
     if kind in ("enum", "const"):
@@ -226,7 +231,7 @@ def _describe_tooshort_repr(where: str, error: ValidationError) -> str:
 
 
 def _describe_unknown_key(error: ValidationError) -> str:
-    where = _key_path(error.absolute_path)
+    where = key_path(error.absolute_path)
     key = _unknown_keys(error)[0]
     properties = error.schema.get("properties", {})
     allowed = list(properties)
@@ -235,7 +240,7 @@ def _describe_unknown_key(error: ValidationError) -> str:
     variant = [f"{k}: {s['const']}" for k, s in properties.items() if "const" in s]
     if variant:
         level += f" with {variant[0]}"
-    path = _key_path([*error.absolute_path, key])
+    path = key_path([*error.absolute_path, key])
     if path in REPLACED_KEYS:
         return f"{path}: {REPLACED_KEYS[path]}"
     moved = MOVED_KEYS.get(path) or MOVED_KEYS.get(str(key))
@@ -260,7 +265,7 @@ def _describe_pattern(where: str, error: ValidationError) -> str:
     return f"{where}: {short_repr(error.instance)} is not allowed. {description}"
 
 
-def _expected_types(expected: str | list[str]) -> str:
+def expected_types(expected: str | list[str]) -> str:
     names = [_TYPE_NAMES.get(t, t) for t in as_list(expected)]
     return " or ".join(names)
 
@@ -276,7 +281,9 @@ def _number_hint(value: Any, expected: str | list[str]) -> str:
     if not math.isfinite(number):
         return ""
     if "integer" in as_list(expected) and number.is_integer():
-        return f"; write {int(number)}"
+        # Quoted in a file, the digits are right and the quotes wrong: say so, not the digits.
+        quoted = isinstance(value, str) and value.strip() == str(int(number))
+        return f"; write {int(number)} without quotes" if quoted else f"; write {int(number)}"
     if isinstance(value, str) and "number" in as_list(expected):
         return f"; YAML took it as text, write {_yaml_float(number)} (no quotes)"
     return ""

@@ -141,7 +141,7 @@ def main(argv=None) -> int:
     add_configfile(parser)
     parser.add_argument("--csv", type=Path, help="also write the table as CSV")
     args = parser.parse_args(argv)
-    study = study_of_files(args.configfile)
+    study = study_of_files(args.configfile, args.config)
     try:
         device_profile(study.config["execution"])
     except ValueError as err:
