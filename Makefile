@@ -10,16 +10,40 @@ CORES  ?= all
 TARGETS ?=
 BIN     = $(VENV)/bin
 
-.PHONY: install demo cpu-full cost test lint
+.PHONY: install demo cpu-full cost test lint lock
 
+# Every package but torch comes from the lock, at its version and checked against its hashes;
+# torch comes first, without its dependencies (the lock holds them, hashed): its CPU and CUDA
+# builds are different files, so the lock cannot name one hash (docs/development.md, "The lock").
+LOCK = requirements/cpu.lock.txt
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH)"
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install -q --no-deps "$(TORCH)"
+	$(BIN)/python -m pip install -q --require-hashes -r $(LOCK)
+	$(BIN)/python -m pip install -q --no-deps -e .
+	$(BIN)/python -m pip check
 	touch $@
+
+# Rewrite the lock after a change of pyproject.toml's dependencies, keeping the versions it holds
+# where they still fit; `make lock UPGRADE=--upgrade` moves every package to its newest fitting
+# release. torch's dependencies are those of the CPU wheel, found in TORCH_WHEELS (a folder or
+# a page of links); torch itself is left out of the file.
+TORCH_WHEELS ?= $(if $(wildcard /opt/wheels/torch-*),/opt/wheels,https://download.pytorch.org/whl/cpu/torch/)
+UPGRADE ?=
+UV ?= $(if $(wildcard $(BIN)/uv),$(BIN)/uv,uv)
+LOCK_HEADER = "\# The locked CPU install of ihsweep and its dev extra: Python 3.11, Linux x86_64," \
+	"\# every package with its hashes but torch, which the Makefile installs first." \
+	"\# Regenerate: make lock (make lock UPGRADE=--upgrade: newest fitting releases)."
+lock:
+	echo "$(TORCH)" | $(UV) pip compile pyproject.toml - --extra dev --generate-hashes \
+		--python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+		--find-links $(TORCH_WHEELS) --no-emit-package torch $(UPGRADE) \
+		--no-header --quiet --output-file $(LOCK)
+	{ printf '%s\n' $(LOCK_HEADER); cat $(LOCK); } > $(LOCK).tmp
+	mv $(LOCK).tmp $(LOCK)
 
 # Each ends with the study's report (a few seconds, rebuilt every time from the cached results;
 # not after TARGETS, a part of the study): its front page gives the findings beside the paper's.

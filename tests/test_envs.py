@@ -193,3 +193,94 @@ def test_analysis_env_is_enough_to_import_the_aggregate_job(module):
     used.discard("ihsweep")
     allowed = requirement_closure(set(env_requirements("analysis")))
     assert not sorted(used - allowed), f"{module} imports {sorted(used - allowed)}"
+
+
+# --------------------------------------------------------------------------------------------
+# The lock (requirements/cpu.lock.txt) that `make install` and CI install from, with hashes
+
+LOCK = REPO / "requirements" / "cpu.lock.txt"
+# Left out of the lock: torch's CPU and CUDA builds are different files (docs/development.md).
+UNLOCKED = {"torch"}
+CUDA_ONLY = ("nvidia-", "triton", "cuda-")  # what a CUDA build of torch brings with it
+
+
+def locked() -> dict[str, tuple[Requirement, list[str]]]:
+    """{canonical name: (requirement, its hashes)} of the lock, continuation lines joined."""
+    text = re.sub(r"\\\n", " ", LOCK.read_text())
+    entries = {}
+    for line in text.splitlines():
+        line = line.split(" #", 1)[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        spec, *options = line.split(" --")
+        req = Requirement(spec.strip())
+        hashes = [o.strip().removeprefix("hash=") for o in options if o.startswith("hash=")]
+        assert canonicalize_name(req.name) not in entries, f"the lock lists {req.name} twice"
+        entries[canonicalize_name(req.name)] = (req, hashes)
+    return entries
+
+
+def all_project_requirements() -> list[Requirement]:
+    """[project].dependencies and every optional-dependencies list."""
+    project = pyproject()["project"]
+    lines = list(project["dependencies"])
+    for extra in project["optional-dependencies"].values():
+        lines += extra
+    return [Requirement(line) for line in lines]
+
+
+def test_every_locked_requirement_is_pinned_with_hashes():
+    entries = locked()
+    assert len(entries) > 50, "the lock looks cut short"
+    for name, (req, hashes) in entries.items():
+        assert pinned_version(req.specifier) is not None, f"{LOCK.name}: {req} is not pinned"
+        assert hashes and all(re.fullmatch(r"sha256:[0-9a-f]{64}", h) for h in hashes), (
+            f"{LOCK.name}: {name} has no sha256 hash; run make lock"
+        )
+
+
+def test_the_lock_covers_every_dependency_of_pyproject_but_torch():
+    entries = locked()
+    wanted = {canonicalize_name(r.name) for r in all_project_requirements()}
+    missing = sorted(wanted - UNLOCKED - set(entries))
+    assert not missing, f"{LOCK.name} lacks {missing}: run make lock"
+    assert not UNLOCKED & set(entries), f"{LOCK.name} must leave torch to the Makefile"
+
+
+def test_the_locked_versions_fit_pyproject():
+    entries = locked()
+    for req in all_project_requirements():
+        name = canonicalize_name(req.name)
+        if name in UNLOCKED:
+            continue
+        version = pinned_version(entries[name][0].specifier)
+        assert req.specifier.contains(version, prereleases=True), (
+            f"{LOCK.name} pins {name}=={version}, outside pyproject's {req}: run make lock"
+        )
+
+
+def test_the_lock_holds_the_cpu_wheels_dependencies_and_no_cuda_package():
+    """torch is installed without its dependencies; the lock brings them, hashed. It must not
+    bring CUDA's: the CPU wheel needs none, and a GPU user's CUDA build brings its own."""
+    entries = locked()
+    torch_needs = {
+        canonicalize_name(Requirement(line).name)
+        for line in metadata.requires("torch") or []
+        if Requirement(line).marker is None
+        or Requirement(line).marker.evaluate({**default_environment(), "extra": ""})
+    }
+    if metadata.version("torch").endswith("+cpu"):
+        assert {"sympy", "networkx", "filelock", "jinja2", "fsspec"} <= torch_needs
+    missing = sorted(n for n in torch_needs - set(entries) if not n.startswith(CUDA_ONLY))
+    assert not missing, f"{LOCK.name} lacks torch's {missing}"
+    cuda = sorted(n for n in entries if n.startswith(CUDA_ONLY))
+    assert not cuda, f"{LOCK.name} holds CUDA packages {cuda}"
+
+
+def upper_bounded(spec: SpecifierSet) -> bool:
+    return any(s.operator in {"<", "<=", "==", "~=", "==="} for s in spec)
+
+
+def test_every_dependency_has_an_upper_bound():
+    unbounded = [str(r) for r in all_project_requirements() if not upper_bounded(r.specifier)]
+    assert not unbounded, f"pyproject.toml: give these an upper bound (<next major): {unbounded}"
