@@ -38,6 +38,7 @@ from ihsweep.io import write_json
 from ihsweep.layout import LOSS_CSV, RUN_JSON
 from ihsweep.lease import EXPIRE_SECONDS, LeaseLost, RunLease
 from ihsweep.training.checkpoints import list_checkpoints
+from ihsweep.training.environment import environment
 from ihsweep.training.execution import prepare_device, resolve_micro_batch, step_path
 from ihsweep.training.model import GPT, GPTConfig
 from ihsweep.training.progress import (
@@ -404,6 +405,8 @@ class Trainer:
             else None,
             "spec_hash": self.fingerprint,
             "spec": spec,
+            # What it trained on; equal for two sessions on one machine, and not in spec_hash.
+            "environment": environment(self.job.device),
         }
 
     def record_progress(self, state: str, tokens_per_second: float | None, **extra) -> None:
