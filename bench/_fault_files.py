@@ -50,6 +50,10 @@ VARYING = {
     "resume.prev.json": ("sha256",),
 }
 SKIPPED = ("results/logs/", "progress.json")
+# A run's TensorBoard folders (tensorboard/train/, tensorboard/probe-<key>/) are compared by
+# their scalars, read back: each session writes a file of its own (named by time, host and
+# pid), and tokens/s is a timing.
+TENSORBOARD = "tensorboard"
 
 STUDY = """\
 models:
@@ -142,9 +146,20 @@ def snapshot(workdir: Path) -> dict[str, str]:
     files = {}
     for path in sorted((workdir / "results").rglob("*")):
         rel = str(path.relative_to(workdir))
-        if path.is_file() and not rel.startswith(SKIPPED[0]) and path.name != SKIPPED[1]:
+        if TENSORBOARD in path.relative_to(workdir).parts[:-1]:
+            if path.is_dir() and path.parent.name == TENSORBOARD:
+                files[rel] = events_digest(path)
+        elif path.is_file() and not rel.startswith(SKIPPED[0]) and path.name != SKIPPED[1]:
             files[rel] = normalised(path)
     return files
+
+
+def events_digest(folder: Path) -> str:
+    """A TensorBoard folder's scalars but tokens/s: per tag, every (step, value) in order."""
+    from ihsweep.training.events import SPEED, read_scalars
+
+    scalars = {tag: values for tag, values in read_scalars(folder).items() if tag != SPEED}
+    return hashlib.sha256(json.dumps(scalars, sort_keys=True).encode()).hexdigest()
 
 
 def log_texts(workdir: Path) -> dict[str, str]:

@@ -9,7 +9,8 @@ For each point the job is started under ``bench/_kill_at.py``, which sends it SI
 point; the same command is then run again (as a retry would), and the probe step after it. The
 case passes when the point was reached and the resumed run equals the reference: every file of
 ``ckpt/`` byte for byte, ``loss.csv``, both probe tables, and ``run.json`` except its timing
-fields; and no temporary file or lease is left.
+fields; the TensorBoard scalars read back (each step once, tokens/s aside); and no temporary
+file or lease is left.
 """
 
 from __future__ import annotations
@@ -174,6 +175,27 @@ def differences(run_dir: Path, reference: Path) -> list[str]:
     leftovers = [p.name for p in run_dir.rglob("*") if p.name.endswith((".tmp", "lease.json"))]
     if leftovers:
         found.append(f"left behind: {leftovers}")
+    return found + event_differences(run_dir, reference)
+
+
+def event_differences(run_dir: Path, reference: Path) -> list[str]:
+    """What differs in the TensorBoard scalars, read back (``ihsweep.training.events``): the
+    folders, and per folder each tag's steps and values, tokens/s aside (a timing); and a step
+    written twice under any tag, tokens/s included."""
+    from ihsweep.training.events import SPEED, read_scalars
+
+    found = []
+    folders = [sorted(p.name for p in (d / "tensorboard").glob("*")) for d in (run_dir, reference)]
+    if folders[0] != folders[1]:
+        found.append(f"tensorboard folders {folders[0]} != {folders[1]}")
+    for name in folders[1]:
+        got, want = (read_scalars(d / "tensorboard" / name) for d in (run_dir, reference))
+        twice = [tag for tag, values in got.items() if len({s for s, _ in values}) < len(values)]
+        if twice:
+            found.append(f"tensorboard/{name}: a step written twice under {twice}")
+        tags = sorted(t for t in (got.keys() | want.keys()) - {SPEED} if got.get(t) != want.get(t))
+        if tags:
+            found.append(f"tensorboard/{name}: scalars {tags}")
     return found
 
 

@@ -11,6 +11,7 @@ Snakemake pattern over the rules' wildcards (``{data}``, ``{model}``, ``{batch}`
     results/data/<data>-<dkey>/C<C>/train.bin, val.bin, chunks.json       both: chunk
     results/runs/<data>/<model>/B<B>-C<C>-s<seed>-<rkey>/                 train (run.json)
         ckpt/ state/ loss.csv progress.json
+        tensorboard/train/, tensorboard/probe-<pkey>/                     event files (derived)
         probes/<pkey>/heads.parquet, model.parquet, cache/                probe
         figures/<fkey>/run.png, run.pdf, provenance.json                  run_figure
         hf/                                                               export (GPT-2 folder)
@@ -41,6 +42,8 @@ RESULTS = "results"
 RUN_JSON = "run.json"  # the completion record: the train rule's declared output
 PROGRESS_JSON = "progress.json"  # written while training (state, step, tokens, speed)
 LOSS_CSV = "loss.csv"
+# TensorBoard event files: train/ (the training job), probe-<pkey>/ (the probe step)
+TENSORBOARD = "tensorboard"
 PROBE_TABLES = ("heads", "model")
 RUN_FIGURE = "run"  # figures/run.png and run.pdf
 
@@ -120,6 +123,16 @@ def probe_dir(folder: str | Path, probe_key: str = "{pkey}") -> str:
 def probe_table(name: str, folder: str | Path, probe_key: str = "{pkey}") -> str:
     """``heads`` or ``model``: the probe tables (Parquet) of a run or suite folder."""
     return f"{probe_dir(folder, probe_key)}/{name}.parquet"
+
+
+def train_events_dir(folder: str | Path) -> str:
+    """The training job's TensorBoard event files of a run folder."""
+    return f"{folder}/{TENSORBOARD}/train"
+
+
+def probe_events_dir(folder: str | Path, probe_key: str = "{pkey}") -> str:
+    """The probe step's TensorBoard event files of a run folder, for one probe setting."""
+    return f"{folder}/{TENSORBOARD}/probe-{probe_key}"
 
 
 def export_dir(run: Any = None, key: str = "{rkey}") -> str:

@@ -32,9 +32,10 @@ import torch
 from ihsweep import layout
 from ihsweep.config import probe_key
 from ihsweep.io import RERUN, DamagedFile, file_sha256, read_cached, read_json_file, write_parquet
-from ihsweep.probing.metrics import HEAD_MAXIMA, HEAD_SCORES
+from ihsweep.probing.metrics import EMERGENCE_METRICS, HEAD_MAXIMA, HEAD_SCORES
 from ihsweep.probing.scores import make_probe_batch, probe_model
 from ihsweep.training.checkpoints import list_checkpoints, verify_checkpoint
+from ihsweep.training.events import write_probe_events
 from ihsweep.training.model import GPT, GPTConfig
 from ihsweep.training.weights import load_checkpoint_weights
 
@@ -194,3 +195,11 @@ def with_run_record(model: pd.DataFrame, record: dict) -> pd.DataFrame:
         outcome_detail=record.get("outcome_detail", ""),
         predicted_tokens=float(prediction.get("tokens", math.nan)),
     )
+
+
+def write_events(run_dir: Path, probe: dict, model: pd.DataFrame) -> None:
+    """The model table's emergence metrics (every ``<score>_max`` and ``ar_acc``) as the run's
+    TensorBoard scalars ``probe/<metric>`` at each checkpoint's step, beside its training curves
+    (``layout.probe_events_dir``); rewritten whole, so a rerun never shows a step twice."""
+    folder = layout.probe_events_dir(run_dir, probe_key(probe))
+    write_probe_events(folder, model, list(EMERGENCE_METRICS))

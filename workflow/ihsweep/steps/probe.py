@@ -3,6 +3,8 @@
 
     python -m ihsweep.steps.probe --run-dir results/runs/<run folder> --probe '<probe JSON>' \
         --heads .../probes/<key>/heads.parquet --model-table .../probes/<key>/model.parquet
+
+It also rewrites the run's TensorBoard scalars of these tables, ``tensorboard/probe-<key>/``.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import torch
 
 from ihsweep.config import complete
 from ihsweep.io import write_parquet
-from ihsweep.probing.run import probe_run, read_run_record, with_run_record
+from ihsweep.probing.run import probe_run, read_run_record, with_run_record, write_events
 from ihsweep.steps import _args
 from ihsweep.training.execution import pick_device
 
@@ -36,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     model = with_run_record(model, record)
     write_parquet(heads, args.heads)
     write_parquet(model, args.model_table)
+    write_events(args.run_dir, probe, model)
     return 0
 
 

@@ -35,10 +35,11 @@ import torch
 from ihsweep import cost
 from ihsweep.data.chunks import open_chunks, read_chunks_meta
 from ihsweep.io import write_json
-from ihsweep.layout import LOSS_CSV, RUN_JSON
+from ihsweep.layout import LOSS_CSV, RUN_JSON, train_events_dir
 from ihsweep.lease import EXPIRE_SECONDS, LeaseLost, RunLease
 from ihsweep.training.checkpoints import list_checkpoints
 from ihsweep.training.environment import environment
+from ihsweep.training.events import TrainEvents
 from ihsweep.training.execution import prepare_device, resolve_micro_batch, step_path
 from ihsweep.training.model import GPT, GPTConfig
 from ihsweep.training.progress import (
@@ -199,6 +200,7 @@ class Trainer:
         self.progress_seconds, self.stop_rule = progress_seconds, stop_rule
         self.stop_after_step = stop_after_step
         self.losses = LossLog(self.run_dir / LOSS_CSV, self.tokens_per_step)
+        self.events = TrainEvents(train_events_dir(self.run_dir))  # loss.csv's, for TensorBoard
         self.step, self.recent = 0, []  # recent: train losses of the current log window
         self.unread: list[torch.Tensor] = []  # losses still on the device
 
@@ -235,6 +237,7 @@ class Trainer:
         self.step, self.recent = resumed.step, list(resumed.recent_losses)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.losses.start(self.step)
+        self.events.start(self.step)
         self.record_progress("running", None)
         if resumed.rewrite_train_loss is not None:  # evaluation draws no random numbers
             self.checkpoint(resumed.rewrite_train_loss)
@@ -257,6 +260,7 @@ class Trainer:
         if log_row and not diverged:
             train_loss = self.window_loss()
             self.losses.train(step, train_loss, lr)
+            self.events.train(step, train_loss, lr)
             diverged = self.watch.check_logged(step, train_loss)
         if diverged:
             return self.finish_diverged(*diverged)
@@ -265,6 +269,7 @@ class Trainer:
                                       self.flops_per_token)  # fmt: skip
             print(f"[{self.run_id}] {line}", flush=True)
             self.record_progress("running", self.progress.tokens_per_second)
+            self.events.speed(step, self.progress.tokens_per_second)
         if schedule.checkpoints(step):
             ended = self.checkpoint_and_decide(interrupted)
             if ended is not None:
@@ -331,7 +336,10 @@ class Trainer:
         why it was saved (``saved_on``: with its checkpoint, the stop's reason, or both), so
         that the log of the run that resumes from it says so."""
         if with_checkpoint:
-            self.losses.val(self.step, self.checkpoint(train_loss))
+            val_loss = self.checkpoint(train_loss)
+            self.losses.val(self.step, val_loss)
+            self.events.val(self.step, val_loss)
+        self.events.flush()  # what the state covers is on disk: a resume drops only later steps
         save_state(self.run_dir, self.fingerprint, self.step, self.job.model, self.job.optim,
                    self.window(), saved_on)  # fmt: skip
 
@@ -350,6 +358,7 @@ class Trainer:
         signal it exits with EXIT_INTERRUPTED, so the retry resumes; else it returns {}."""
         if not self.schedule.checkpoints(self.step):
             self.save(math.nan, with_checkpoint=False, saved_on=why)
+        self.events.close()
         signum = None if self.signals.signum is None else int(self.signals.signum)
         self.record_progress("interrupted", self.progress.tokens_per_second, signal=signum)
         if signum is not None:
@@ -368,6 +377,7 @@ class Trainer:
         stopped_early or diverged, ``outcome_detail`` says why) and its last progress record."""
         if lost := self.lease.check():
             raise LeaseLost(f"{lost}: this job stops without recording the run")
+        self.events.close()
         # Their steps and losses: the start of the job checked the weights' checksums already.
         checkpoints = list_checkpoints(self.run_dir, verify=False)
         summary = self.summary(outcome, detail, [m["step"] for m in checkpoints])

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from ihsweep.io import atomic_path, write_json
-from ihsweep.layout import LOSS_CSV
+from ihsweep.layout import LOSS_CSV, TENSORBOARD
 from ihsweep.training.checkpoints import DamagedFile, file_sha256, list_checkpoints
 
 REWRITE_STATE = "training falls back to the run's other state (or starts afresh)"
@@ -127,8 +127,9 @@ def remove_temporaries(run_dir: Path) -> list[Path]:
 
 
 def discard_run_files(run_dir: Path) -> None:
-    """Delete what a run trained under another spec: checkpoints, states, probes, loss log."""
-    for sub in ("ckpt", "state", "probes"):
+    """Delete what a run trained under another spec: checkpoints, states, probes, loss log and
+    its TensorBoard events."""
+    for sub in ("ckpt", "state", "probes", TENSORBOARD):
         shutil.rmtree(Path(run_dir) / sub, ignore_errors=True)
     (Path(run_dir) / LOSS_CSV).unlink(missing_ok=True)
 
