@@ -28,7 +28,6 @@ shared with ``ihsweep.figures.natural``.
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 
 import matplotlib as mpl
@@ -95,14 +94,11 @@ def plot_frontier(
         handles = _frontier_handles(frontier) + _diverged_handles(cells)
         fig.legend(handles=handles, loc="outside lower center", ncols=1)
         n_up = int(cells["emerged"].astype(bool).sum())
+        # Short lines only: the verdict's reason is a paragraph, which the setting's findings on
+        # the front page carry (as a title it ran past the figure's edges).
         fig.suptitle(
-            f"Where induction heads form: {n_up} of {len(cells)} (f, r) cells emerged"
-            + _diverged_note(cells)
-            + "\n"
-            + textwrap.fill(
-                f"Which axis decides whether IHs form: {verdict['verdict']} ({verdict['reason']})",
-                72,
-            )
+            f"Where IHs form: {n_up} of {len(cells)} (f, r) cells emerged{_diverged_note(cells)}"
+            f"\nmore sensitive to: {verdict['verdict']}"
         )
         return save_figure(fig, out_stem)
 
@@ -136,12 +132,8 @@ def plot_property_grid(table: pd.DataFrame, out_stem) -> list[Path]:
             if i % ncols:
                 ax.set_yticklabels([])
         _colorbar(fig, axes[: len(settings)].tolist(), norm)
-        fig.suptitle(
-            "Emergence point by data property (tokens; hatched: none within the budget)"
-            + _diverged_note(table)
-            + "\n"
-            "D: local dependency (+D Markov chain, -D i.i.d.); C: categoriality (token blocks)"
-        )
+        # What D, C and the hatching mean is in the caption (workflow/report/properties.rst).
+        fig.suptitle("Emergence point by data property (tokens)" + _diverged_note(table))
         return save_figure(fig, out_stem)
 
 
@@ -183,9 +175,7 @@ def plot_generator_stats(stats: pd.DataFrame, out_stem) -> list[Path]:
                 for i, g in enumerate(groups)
             ]
         fig.legend(handles=handles, loc="outside lower center", ncols=len(handles))
-        fig.suptitle(
-            f"Markov generator: measured vs requested f and r\n({len(stats)} datasets{note})"
-        )
+        fig.suptitle(f"Measured vs requested f and r ({len(stats)} datasets{note})")
         return save_figure(fig, out_stem)
 
 
@@ -398,4 +388,5 @@ def _requested_vs_measured(ax, stats: pd.DataFrame, knob: str, groups: list[str]
         sel = labels == group if labels is not None else np.ones(len(stats), dtype=bool)
         error = np.abs(measured[sel] - requested[sel])
         misses.append(f"{group} {np.nanmax(error):.3f}" if np.isfinite(error).any() else "n/a")
-    ax.set_title(f"{knob}, largest |measured - requested|:\n" + ", ".join(misses))
+    # One line per generator at most: a long list would run past the panel's edges.
+    ax.set_title(f"{knob}: largest miss\n" + "\n".join(misses))

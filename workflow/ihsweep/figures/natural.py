@@ -108,11 +108,14 @@ def plot_run_curves(model_table: pd.DataFrame, emergence: pd.DataFrame, out_stem
         ]
         method = _single_value(emergence, "method", "")
         data = ", ".join(sorted(model_table["data"].unique())) if "data" in model_table else "?"
+        # Short lines, and a legend column per panel column at most: a narrow grid (two
+        # runs) is narrower than one line of either.
         fig.suptitle(
-            f"Emergence per run on data {data}: {METRIC_LABELS.get(metric, metric)};"
+            f"Emergence per run on data {data}\n{METRIC_LABELS.get(metric, metric)},"
             f" method: {method}"
         )
-        fig.legend(handles=handles, loc="outside lower center", ncols=min(len(handles), 4))
+        legend_columns = min(len(handles), 4, ncols)
+        fig.legend(handles=handles, loc="outside lower center", ncols=legend_columns)
         return save_figure(fig, out_stem)
 
 

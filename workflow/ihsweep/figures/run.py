@@ -79,7 +79,8 @@ def plot_run(model: pd.DataFrame, heads: pd.DataFrame, point: dict, metric: str,
             empty = "no checkpoint" + (" before it diverged" if _diverged(ending) else "")
             left.text(0.5, 0.5, empty, transform=left.transAxes, ha="center")
         handles = left.get_lines()[:drawn] + loss_ax.get_lines() + extra
-        left.legend(handles=handles, loc="upper left", fontsize=6)
+        # Below the axes, not on them: inside, it hid the loss curves' start.
+        fig.legend(handles=handles, loc="outside lower center", ncols=4, fontsize=6)
         _heatmap(fig, right, heads)
         if _diverged(ending):
             verdict = ending["label"] + (" tokens" if ending["tokens"] > 0 else "")
@@ -93,9 +94,9 @@ def plot_run(model: pd.DataFrame, heads: pd.DataFrame, point: dict, metric: str,
             if ending["outcome"] == "stopped_early":
                 verdict += f", {ending['label']} tokens" + _budget(whole)
         label = style.METRIC_LABELS.get(metric, metric)
-        # Long verdicts (a divergence's detail) wrap rather than run off the figure.
-        title = f"{first['run_id']}: {verdict} ({label}, {point['method']})"
-        fig.suptitle(textwrap.fill(title, 100))
+        # Wrapped to the figure's width: a divergence's detail would run past its edges.
+        verdict = textwrap.fill(f"{first['run_id']}: {verdict}", 90)
+        fig.suptitle(f"{verdict}\n({label}, {point['method']})")
         return style.save_figure(fig, out_stem)
 
 
