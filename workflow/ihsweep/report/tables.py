@@ -19,12 +19,12 @@ show every run as completed and leave those cells empty.
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
+from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from ihsweep.analysis.frontier import format_tokens
 from ihsweep.io import atomic_path
@@ -44,19 +44,15 @@ FIT_MEANING = {
     "n_runs": "runs in the fit (those that emerged)",
 }
 
-STYLE = """
-body { font: 14px/1.4 system-ui, sans-serif; margin: 16px; color: #1e293b; }
-h1 { font-size: 17px; margin: 0 0 4px; }
-p { margin: 0 0 12px; max-width: 60em; color: #475569; }
-table { border-collapse: collapse; }
-th, td { padding: 3px 10px; border-bottom: 1px solid #e2e8f0; white-space: nowrap; }
-th { text-align: left; background: #f1f5f9; position: sticky; top: 0; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
-td.note { white-space: normal; min-width: 24em; color: #64748b; }
-tr.no td { color: #94a3b8; }
-tr.diverged td { color: #b91c1c; }
-p.summary { color: #1e293b; }
-"""
+# The pages' HTML lives in templates/ (package data), every value escaped by Jinja.
+TEMPLATES = Environment(
+    loader=PackageLoader("ihsweep.report", "templates"),
+    autoescape=True,
+    undefined=StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    keep_trailing_newline=True,
+)
 
 OUTCOME_LABELS = {
     "completed": "completed",
@@ -179,29 +175,18 @@ def prediction_count(table: pd.DataFrame) -> str:
 def render(
     title: str, note: str, columns: dict, table: pd.DataFrame, dim=None, summary: str = ""
 ) -> str:
-    """An HTML page with one table. ``columns`` maps a header to ``(cell function, css class)``;
-    ``dim`` (a function of a row) greys out rows, e.g. runs without a transition: True for the
-    grey ``no`` class, or a string naming the row's class ("" for none). ``summary``, when
-    given, is a paragraph above the table (totals)."""
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in columns)
+    """An HTML page with one table (templates/table.html.j2). ``columns`` maps a header to
+    ``(cell function, css class)``; ``dim`` (a function of a row) greys out rows, e.g. runs
+    without a transition: True for the grey ``no`` class, or a string naming the row's class
+    ("" for none). ``summary``, when given, is a paragraph above the table (totals)."""
     rows = []
     for _, row in table.iterrows():
-        cells = "".join(
-            f'<td class="{css}">{html.escape(str(cell(row)))}</td>'
-            for cell, css in columns.values()
-        )
+        cells = [{"text": str(cell(row)), "css": css} for cell, css in columns.values()]
         css = dim(row) if dim is not None else ""
-        css = "no" if css is True else css or ""
-        grey = f' class="{css}"' if css else ""
-        rows.append(f"<tr{grey}>{cells}</tr>")
-    body = "\n".join(rows)
-    totals_line = f'<p class="summary">{html.escape(summary)}</p>\n' if summary else ""
-    return (
-        '<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
-        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>\n"
-        f"<h1>{html.escape(title)}</h1><p>{html.escape(note)}</p>\n{totals_line}"
-        f"<table><thead><tr>{head}</tr></thead><tbody>\n{body}\n</tbody></table>\n"
-        "</body></html>\n"
+        grey = not isinstance(css, str) and bool(css)  # True, or numpy's True
+        rows.append({"cells": cells, "css": "no" if grey else css or ""})
+    return TEMPLATES.get_template("table.html.j2").render(
+        title=title, note=note, summary=summary, headers=list(columns), rows=rows
     )
 
 
