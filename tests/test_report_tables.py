@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
+import pytest
 import yaml
 from docutils.core import publish_parts
 from ihsweep import layout
@@ -605,3 +606,102 @@ def test_timing_verdict_in_words():
     )
     assert "unlike the paper (reliability)" in _timing({"verdict": "frequency", "reason": "x"})
     assert "does not decide" in _timing({"verdict": "undecided", "reason": "x"})
+
+
+# --- the study as it ran: budgets, learning rates and environments from the runs' run.json ---
+
+ENV_CPU = {
+    "python": "3.11.7",
+    "packages": {"torch": "2.13.0", "numpy": "2.1.3"},
+    "torch_build": "cpu",
+    "cuda": None,
+    "device": "cpu",
+    "platform": "Linux-6.1-x86_64",
+}
+ENV_GPU = {**ENV_CPU, "torch_build": "cu124", "cuda": "12.4", "device": "NVIDIA H100 80GB HBM3",
+           "packages": {"torch": "2.13.0", "numpy": "2.2.0"}}  # fmt: skip
+
+
+def run_record(tmp_path: Path, run_id: str, tokens: int, lr: float, environment=None) -> Path:
+    """A run.json as the training job writes it: budget, spec (with its lr), environment."""
+    b, c = 8, 16
+    spec = {"run_id": run_id, "batch_size": b, "context_size": c, "total_steps": tokens // (b * c),
+            "training": {"tokens": tokens, "lr": lr}}  # fmt: skip
+    record = {"run_id": run_id, "budget": tokens, "spec": spec}
+    if environment is not None:
+        record["environment"] = environment
+    path = tmp_path / "runs" / run_id.replace("/", "_") / "run.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(record))
+    return path
+
+
+def test_front_page_states_each_runs_budget_and_lr_and_where_they_trained(tmp_path):
+    from ihsweep.report.trained import read_records
+
+    runs = natural_runs()
+    folder = natural_folder(tmp_path, runs, known_fit(runs))
+    ids = list(runs["run_id"])
+    same = read_records([run_record(tmp_path / "same", i, 8_000_000, 0.002, ENV_CPU) for i in ids])
+    rst = findings.write_findings(folder, "natural", same).read_text()
+    assert rendered(rst).startswith(
+        "Experiment 1: when IHs emerge (natural data). Trained 8,000,000 tokens per run at"
+        " lr 0.002 (11 runs). The law U_pt"
+    )
+    environments = rst[rst.index("**Where the natural-data runs trained**") :]
+    assert table_rows(environments) == [
+        ["Python", "torch", "torch build", "CUDA", "device", "platform", "runs"],
+        ["3.11.7", "2.13.0", "cpu", "none", "cpu", "Linux-6.1-x86_64", "11"],
+    ]
+
+    # Runs that differ: ranges; three environments, the runs without one "not recorded".
+    mixed = [run_record(tmp_path / "mixed", i, (1 + k % 2) * 4_000_000, 0.006 - 0.002 * (k % 3),
+                        [ENV_CPU, ENV_GPU, ENV_GPU, None][k % 4])
+             for k, i in enumerate(ids)]  # fmt: skip
+    rst = findings.write_findings(folder, "natural", read_records(mixed)).read_text()
+    assert (
+        "Trained 4,000,000 to 8,000,000 tokens per run at lr 0.002 to 0.006 (11 runs)."
+        in rendered(rst)
+    )
+    rows = table_rows(rst[rst.index("**Where the natural-data runs trained**") :])
+    assert rows[0][-2:] == ["numpy", "runs"]  # the one package that differs gets a column
+    assert [(row[2], row[4], row[-2], row[-1]) for row in rows[1:]] == [
+        ("cu124", "NVIDIA H100 80GB HBM3", "2.2.0", "6"), ("cpu", "cpu", "2.1.3", "3"),
+        ("", "", "", "2"),
+    ]  # fmt: skip
+    assert rows[3][0] == "not recorded"
+
+
+def test_markov_findings_state_each_experiments_own_runs(tmp_path):
+    from ihsweep.report.trained import read_records
+
+    runs = markov_runs(RELIABILITY_MATTERS, {("zipf+D+C", 0.9, 0.9): True})
+    folder = markov_folder(tmp_path, runs)
+    records = [
+        run_record(tmp_path, row.run_id, 2_000_000 if row.chain_kind == "bigram" else 1_000_000,
+                   0.003 if row.chain_kind == "bigram" else 0.001)
+        for row in runs.itertuples()
+    ]  # fmt: skip
+    text = rendered(findings.write_findings(folder, "markov", read_records(records)).read_text())
+    n_bigram = int((runs["chain_kind"] == "bigram").sum())
+    n_synthetic = len(runs) - n_bigram
+    assert (
+        "(semi-natural Markov data). Trained 2,000,000 tokens per run at lr 0.003"
+        f" ({n_bigram} runs)."
+    ) in text
+    assert (
+        "(synthetic Markov data). Trained 1,000,000 tokens per run at lr 0.001"
+        f" ({n_synthetic} run{'s' if n_synthetic != 1 else ''})."
+    ) in text
+    assert "Where the Markov-data runs trained (from each run's run.json): Python" in text
+    assert "not recorded" in text  # these records carry no environment
+
+
+def test_a_damaged_run_record_is_named_with_its_fix(tmp_path):
+    from ihsweep.io import DamagedFile
+    from ihsweep.report.trained import read_records
+
+    path = run_record(tmp_path, "kjv/w64/B8-C16-s0", 8_000_000, 0.002)
+    path.write_text("{")
+    with pytest.raises(DamagedFile, match=r"run\.json.*snakemake"):
+        read_records([path])

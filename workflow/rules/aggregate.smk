@@ -16,7 +16,8 @@ localrules:
 
 rule aggregate_natural:
     input:
-        natural_model_tables(),
+        tables=natural_model_tables(),
+        records=run_records("natural"),
     output:
         tables=[
             layout.aggregate_file(name, NATURAL_DIR)
@@ -57,7 +58,8 @@ rule aggregate_natural:
         # Not in the command (the step hashes the code it runs): a trigger for Snakemake.
         code_sha256=CODE_SHA256,
     shell:
-        "python -m ihsweep.steps.aggregate_natural --model-tables {input}"
+        "python -m ihsweep.steps.aggregate_natural --model-tables {input.tables}"
+        " --run-records {input.records}"
         " --emergence {params.emergence:q} --lawfit {params.lawfit:q}"
         " --out-dir {params.out_dir} --config-sha256 {params.config_sha256} > {log} 2>&1"
 
@@ -66,6 +68,7 @@ rule aggregate_markov:
     input:
         tables=markov_model_tables(),
         chunks=markov_chunk_metas(),
+        records=run_records("markov"),
     output:
         tables=[
             layout.aggregate_file(name, MARKOV_DIR)
@@ -101,7 +104,8 @@ rule aggregate_markov:
         code_sha256=CODE_SHA256,
     shell:
         "python -m ihsweep.steps.aggregate_markov --model-tables {input.tables}"
-        " --chunk-metas {input.chunks} --datasets {params.datasets:q} --emergence {params.emergence:q}"
+        " --chunk-metas {input.chunks} --run-records {input.records}"
+        " --datasets {params.datasets:q} --emergence {params.emergence:q}"
         " --out-dir {params.out_dir} --config-sha256 {params.config_sha256} > {log} 2>&1"
 
 

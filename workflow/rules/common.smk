@@ -224,6 +224,12 @@ def markov_model_tables():
     return [PATHS.probe_table("model", run) for run in STUDY.runs_of_family("markov")]
 
 
+def run_records(family):
+    """The run.json of each run on ``family`` data: the findings say how they were trained."""
+    runs = STUDY.runs_of_family(family)
+    return [PATHS.run_file(layout.RUN_JSON, run) for run in runs]
+
+
 def markov_chunk_metas():
     runs = STUDY.runs_of_family("markov")
     return sorted(

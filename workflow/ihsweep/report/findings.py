@@ -43,6 +43,7 @@ from ihsweep import layout
 from ihsweep.analysis import frontier
 from ihsweep.analysis.markov import SETTING_KEYS
 from ihsweep.io import RERUN, atomic_path, read_json_file
+from ihsweep.report import trained
 from ihsweep.report.tables import left_out
 
 # The paper's results (Aoyama, Wilcox and Schneider, arXiv 2511.16893;
@@ -76,22 +77,26 @@ EXPERIMENT_3 = "**Experiment 3: which data properties make IHs form (synthetic M
 # --- experiment 1 --------------------------------------------------------------------------
 
 
-def law_findings(fit: dict | None, emergence: pd.DataFrame | None = None) -> str:
+def law_findings(
+    fit: dict | None, emergence: pd.DataFrame | None = None, records: list[dict] | None = None
+) -> str:
     """Experiment 1 from a ``lawfit.fit_law`` result (lawfit.json) and, for the seed count,
-    the emergence table it was fitted to; ``fit`` None: the study has no natural-data runs."""
+    the emergence table it was fitted to; ``fit`` None: the study has no natural-data runs.
+    With the runs' completion records, it opens with how they were trained."""
     if fit is None:
         return f"{EXPERIMENT_1} Not in this study: no run trains on natural data."
+    heading = EXPERIMENT_1 + _trained(records)
     details = f"Details: {_link('lawfit.html')}, {_link('law_fit.png')}."
     paper = f"a = {PAPER['a']:g}, b = {PAPER['b']:g}, r = {PAPER['r']:g}"
     if not fit.get("ok"):
         return (
-            f"{EXPERIMENT_1} The law {_literal(LAW)} was not fitted: "
+            f"{heading} The law {_literal(LAW)} was not fitted: "
             + _text(f"{fit.get('reason') or 'no fit'}. {_emerged_counts(fit)}")
             + f" (The paper: {paper}.) {details}"
         )
     fitted = ["by least squares on log10 U_pt, with its 95% bootstrap intervals below.",
               left_out(fit), _seeds(fit, emergence)]  # fmt: skip
-    intro = f"{EXPERIMENT_1} The law {_literal(LAW)}, " + _text(" ".join(x for x in fitted if x))
+    intro = f"{heading} The law {_literal(LAW)}, " + _text(" ".join(x for x in fitted if x))
     rows = [
         ["", "this study [95% bootstrap CI]", "the paper"],
         ["a (exponent of B)", *_estimate_and_paper(fit, "a")],
@@ -172,12 +177,16 @@ def _size_and_paper(fit: dict) -> list[str]:
 # --- experiment 2 --------------------------------------------------------------------------
 
 
-def frontier_findings(runs: pd.DataFrame, cells: pd.DataFrame, fronts: dict) -> str:
+def frontier_findings(
+    runs: pd.DataFrame, cells: pd.DataFrame, fronts: dict, records: list[dict] | None = None
+) -> str:
     """Experiment 2 from the Markov aggregate's run table (emergence.csv), cell table
-    (cells.csv) and frontier record (frontier.json): one item per setting over a bigram chain."""
+    (cells.csv) and frontier record (frontier.json): one item per setting over a bigram chain.
+    With the runs' completion records, it opens with how its runs were trained."""
     bigram = sorted(set(runs.loc[runs["chain_kind"] == "bigram", "grid"].astype(str)))
     if not bigram:
         return f"{EXPERIMENT_2} Not in this study: no run trains on a bigram Markov chain."
+    heading = EXPERIMENT_2 + _trained(_of_kind(records, runs, "bigram"))
     stems = set(layout.markov_figures(runs.to_dict("records")))
     items = []
     bigram_cells = cells[cells["grid"].astype(str).isin(bigram)]
@@ -196,7 +205,7 @@ def frontier_findings(runs: pd.DataFrame, cells: pd.DataFrame, fronts: dict) -> 
         if (cells["n_runs"] > 1).any()
         else ""
     )
-    return "\n\n".join([f"{EXPERIMENT_2} {_text(paper + pooled)}", _bullets(items)])
+    return "\n\n".join([f"{heading} {_text(paper + pooled)}", _bullets(items)])
 
 
 def _setting(table: pd.DataFrame, front: dict | None) -> str:
@@ -263,12 +272,14 @@ def _other_axis(name: str) -> str:
 # --- experiment 3 --------------------------------------------------------------------------
 
 
-def property_findings(runs: pd.DataFrame) -> str:
+def property_findings(runs: pd.DataFrame, records: list[dict] | None = None) -> str:
     """Experiment 3 from the Markov aggregate's run table (emergence.csv): its synthetic runs
-    pooled by ``frontier.property_table`` (every model, B and C of a cell together)."""
+    pooled by ``frontier.property_table`` (every model, B and C of a cell together). With the
+    runs' completion records, it opens with how its runs were trained."""
     synthetic = runs[runs["chain_kind"] == "synthetic"]
     if not len(synthetic):
         return f"{EXPERIMENT_3} Not in this study: no run trains on a synthetic Markov chain."
+    heading = EXPERIMENT_3 + _trained(_of_kind(records, runs, "synthetic"))
     table = frontier.property_table(synthetic)
     f, r = table["frequency"].astype(float), table["reliability"].astype(float)
     items = []
@@ -276,7 +287,7 @@ def property_findings(runs: pd.DataFrame) -> str:
         items.append(f"At (f, r) = {_pair(fv, rv)}: " + _text(_property_cell(cell)))
     items.reverse()  # the highest (f, r) first
     claims = [_minus_d(table), _sufficient(table), _near_frontier(table)]
-    intro = f"{EXPERIMENT_3} " + _text(
+    intro = f"{heading} " + _text(
         "Chains that formed IHs at each (f, r), every model, B and C of a cell pooled (+D: local"
         " dependency, -D: i.i.d. tokens; +C/-C: categorial or not; then the marginal):"
     )
@@ -441,33 +452,64 @@ def _fr_cells(table: pd.DataFrame) -> pd.DataFrame:
 # --- the files -----------------------------------------------------------------------------
 
 
-def natural_findings(folder: str | Path) -> str:
-    """Experiment 1's findings from the natural aggregate's cached tables in ``folder``."""
+def natural_findings(folder: str | Path, records: list[dict] | None = None) -> str:
+    """Experiment 1's findings from the natural aggregate's cached tables in ``folder`` and,
+    when given, its runs' completion records (how they were trained, and where)."""
     folder = Path(folder)
     path = folder / "lawfit.json"
     fit = read_json_file(path, "law fit", remedy=RERUN.format(path=path, step="aggregate"))
     emergence = pd.read_csv(folder / "emergence.csv")
-    return law_findings(fit, emergence) + "\n"
+    sections = [law_findings(fit, emergence, records), environments(records, "natural-data")]
+    return "\n\n".join(s for s in sections if s) + "\n"
 
 
-def markov_findings(folder: str | Path) -> str:
-    """Experiments 2 and 3's findings from the Markov aggregate's cached tables in ``folder``."""
+def markov_findings(folder: str | Path, records: list[dict] | None = None) -> str:
+    """Experiments 2 and 3's findings from the Markov aggregate's cached tables in ``folder``
+    and, when given, its runs' completion records (how they were trained, and where)."""
     folder = Path(folder)
     runs = pd.read_csv(folder / "emergence.csv")
     cells = pd.read_csv(folder / "cells.csv")
     path = folder / "frontier.json"
     fronts = read_json_file(path, "frontier", remedy=RERUN.format(path=path, step="aggregate"))
-    sections = [frontier_findings(runs, cells, fronts), property_findings(runs)]
-    return "\n\n".join(sections) + "\n"
+    sections = [
+        frontier_findings(runs, cells, fronts, records),
+        property_findings(runs, records),
+        environments(records, "Markov-data"),
+    ]
+    return "\n\n".join(s for s in sections if s) + "\n"
 
 
-def write_findings(folder: str | Path, aggregate: str) -> Path:
-    """Write ``folder/findings.rst`` for the ``natural`` or ``markov`` aggregate's tables."""
+def write_findings(folder: str | Path, aggregate: str, records: list[dict] | None = None) -> Path:
+    """Write ``folder/findings.rst`` for the ``natural`` or ``markov`` aggregate's tables and
+    its runs' completion records (``trained.read_records``)."""
     read = natural_findings if aggregate == "natural" else markov_findings
     out = Path(folder) / layout.FINDINGS
     with atomic_path(out) as tmp:
-        Path(tmp).write_text(read(folder))
+        Path(tmp).write_text(read(folder, records))
     return out
+
+
+# --- how the runs were trained -------------------------------------------------------------
+
+
+def environments(records: list[dict] | None, which: str) -> str:
+    """The distinct environments the runs trained in, with how many runs each, as a table."""
+    if not records:
+        return ""
+    intro = f"**Where the {which} runs trained** (from each run's run.json):"
+    return "\n\n".join([intro, _list_table(trained.environment_rows(records))])
+
+
+def _trained(records: list[dict] | None) -> str:
+    """ " Trained 8,000,000 tokens per run at lr 0.002 (16 runs)." ("" without records)."""
+    sentence = trained.training_sentence(records or [])
+    return f" Trained {_text(sentence)}." if sentence else ""
+
+
+def _of_kind(records: list[dict] | None, runs: pd.DataFrame, kind: str) -> list[dict]:
+    """The records of the runs on chains of ``kind`` (the run table's ``chain_kind``)."""
+    ids = set(runs.loc[runs["chain_kind"] == kind, "run_id"].astype(str))
+    return [r for r in records or [] if str(r.get("run_id", r["spec"].get("run_id"))) in ids]
 
 
 # --- reStructuredText ----------------------------------------------------------------------

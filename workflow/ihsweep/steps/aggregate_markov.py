@@ -35,7 +35,7 @@ from ihsweep.data.chunks import read_chunks_json
 from ihsweep.figures import markov as figures
 from ihsweep.io import atomic_path, json_arg, read_probe_table, write_json
 from ihsweep.provenance import write_provenance
-from ihsweep.report import findings
+from ihsweep.report import findings, trained
 from ihsweep.report.tables import markov_emergence, write_page
 from ihsweep.steps import _args
 
@@ -53,12 +53,17 @@ def chunk_metas(paths: list[Path]) -> dict[tuple[str, int], dict]:
 def main(argv: list[str] | None = None) -> int:
     p = _args.parser("aggregate_markov", "Emergence per Markov run, the (f, r) frontier, figures.")
     p.add_argument("--model-tables", nargs="+", required=True, type=Path, help="probe tables")
+    p.add_argument(
+        "--run-records", nargs="*", default=[], type=Path,
+        help="the runs' run.json files: how they were trained, for the findings",
+    )  # fmt: skip
     p.add_argument("--chunk-metas", nargs="+", required=True, type=Path, help="chunks.json files")
     p.add_argument("--datasets", required=True, type=json_arg, help="{cell name: entry} (JSON)")
     _args.add_spec(p, "--emergence", "emergence", required=False)
     p.add_argument("--out-dir", required=True, help="output folder: layout.markov_dir(<study>)")
     p.add_argument("--config-sha256", help="hash of the study config, for provenance.json")
     args = p.parse_args(argv)
+    records = trained.read_records(args.run_records)  # checked before anything is written
     spec, datasets, out = complete("emergence", args.emergence), args.datasets, args.out_dir
 
     def path(name: str) -> Path:
@@ -102,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         figures.plot_property_grid(frontier.property_table(synthetic), figure_stem / "properties")
     figures.plot_generator_stats(generator, figure_stem / "generator")
 
-    findings.write_findings(out, "markov")  # from the tables above
+    findings.write_findings(out, "markov", records)  # from the tables above
     written = [Path(f) for f in layout.markov_outputs(stems, out)]
     written = [f.relative_to(out) for f in written if f.name != layout.PROVENANCE]
     write_provenance(out, {"config_sha256": args.config_sha256}, runs["run_id"], written)

@@ -28,7 +28,7 @@ from ihsweep.config import complete
 from ihsweep.figures import natural as figures
 from ihsweep.io import atomic_path, read_probe_table, write_json
 from ihsweep.provenance import write_provenance
-from ihsweep.report import findings, tables
+from ihsweep.report import findings, tables, trained
 from ihsweep.steps import _args
 
 
@@ -36,11 +36,16 @@ from ihsweep.steps import _args
 def main(argv: list[str] | None = None) -> int:
     p = _args.parser("aggregate_natural", "Emergence per run, the law fit, and figures.")
     p.add_argument("--model-tables", nargs="+", required=True, type=Path, help="probe tables")
+    p.add_argument(
+        "--run-records", nargs="*", default=[], type=Path,
+        help="the runs' run.json files: how they were trained, for the findings",
+    )  # fmt: skip
     _args.add_spec(p, "--emergence", "emergence", required=False)
     _args.add_spec(p, "--lawfit", "lawfit", required=False)
     p.add_argument("--out-dir", required=True, help="output folder: layout.natural_dir(<study>)")
     p.add_argument("--config-sha256", help="hash of the study config, for provenance.json")
     args = p.parse_args(argv)
+    records = trained.read_records(args.run_records)  # checked before anything is written
     spec, fit_spec = complete("emergence", args.emergence), complete("lawfit", args.lawfit)
     out = args.out_dir
 
@@ -66,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     figures.plot_emergence_vs_BC(emergence, stem / "emergence_vs_BC")
     figures.plot_law_fit(emergence, fit, stem / "law_fit")
     figures.plot_model_size(emergence, fit, stem / "model_size")
-    findings.write_findings(out, "natural")  # from the tables above
+    findings.write_findings(out, "natural", records)  # from the tables above
     written = [Path(f) for f in layout.natural_outputs(out) if Path(f).name != layout.PROVENANCE]
     write_provenance(out, {"config_sha256": args.config_sha256}, emergence["run_id"],
                      [f.relative_to(out) for f in written])  # fmt: skip
