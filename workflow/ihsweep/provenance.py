@@ -21,6 +21,8 @@ A study's folder (``results/studies/<study>/``) is named by its ``study`` key al
 folder no key can tell apart, so ``study.json`` there records which config files and which
 definition made it (``StudyClaim``): another study under the same name, from other files with
 other settings, is refused before any job (``claim_clash``) instead of rewriting its tables.
+It also records the folder the study ran in and when it last started, so that
+``python -m ihsweep.status`` can list the studies of a ``results/`` and report the one running.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import json
 import os
 import subprocess
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
@@ -105,17 +108,38 @@ def write_provenance(folder, hashes: dict[str, str | None], run_ids, outputs) ->
 
 @dataclass(frozen=True)
 class StudyClaim:
-    """What made a study's folder: its name, config files and definition's hash."""
+    """What made a study's folder: its name, config files and definition's hash; where it
+    ran (the absolute working folder, Snakemake's ``--directory``) and when it last started
+    (ISO 8601, UTC), which ``python -m ihsweep.status`` reads to find and name the study.
+    Records written before those two fields read as None."""
 
     study: str
     configfiles: tuple[str, ...]
     config_sha256: str
+    directory: str | None = None
+    started: str | None = None
 
     @classmethod
     def of(cls, study: str, configfiles, definition_sha256: str) -> StudyClaim:
         """Config files as given, relative to the working folder when inside it."""
         files = tuple(_shown_path(Path(path)) for path in configfiles)
-        return cls(study, files, definition_sha256)
+        return cls(study, files, definition_sha256, directory=os.getcwd())
+
+    @classmethod
+    def read(cls, path: Path) -> StudyClaim:
+        """The claim recorded in ``path`` (a study.json); OSError, ValueError, KeyError or
+        TypeError when it is missing or unreadable."""
+        held = json.loads(Path(path).read_text())
+        return cls(
+            held["study"], tuple(held["configfiles"]), held["config_sha256"],
+            held.get("directory"), held.get("started"),
+        )  # fmt: skip
+
+    def configfile_paths(self) -> list[Path]:
+        """The config files as paths that resolve from anywhere: relative ones against the
+        recorded directory (as recorded: relative to where the study ran)."""
+        base = Path(self.directory or ".")
+        return [base / path for path in self.configfiles]
 
     def path(self, root: Path = Path(".")) -> Path:
         return root / layout.study_dir(self.study) / STUDY_JSON
@@ -138,8 +162,7 @@ def claim_clash(claim: StudyClaim, root: Path = Path(".")) -> str | None:
     definition. The same files with an edited definition are the same study, changed; other
     files with an equal definition are a copy of it."""
     try:
-        held = json.loads(claim.path(root).read_text())
-        holder = StudyClaim(held["study"], tuple(held["configfiles"]), held["config_sha256"])
+        holder = StudyClaim.read(claim.path(root))
     except (OSError, ValueError, KeyError, TypeError):
         return None  # no record yet (or an unreadable one): the first run writes it
     if holder.configfiles == claim.configfiles or holder.config_sha256 == claim.config_sha256:
@@ -154,5 +177,8 @@ def claim_clash(claim: StudyClaim, root: Path = Path(".")) -> str | None:
 
 
 def write_claim(claim: StudyClaim, root: Path = Path(".")) -> None:
-    """Record that ``claim``'s config files made the study's folder (before its first job)."""
-    write_json(claim.path(root), {**asdict(claim), "configfiles": list(claim.configfiles)})
+    """Record that ``claim``'s config files made the study's folder (before its first job),
+    with the time it started now."""
+    started = datetime.now(UTC).isoformat(timespec="seconds")
+    record = {**asdict(claim), "configfiles": list(claim.configfiles), "started": started}
+    write_json(claim.path(root), record)
