@@ -19,6 +19,7 @@ from ihsweep.lease import EXPIRE_SECONDS, LeaseHeld, LeaseLost
 from ihsweep.steps import _args
 from ihsweep.training.execution import STEP_SETTINGS
 from ihsweep.training.loop import train
+from ihsweep.training.progress import terminal_output
 
 EXIT_LEASE = 73  # EX_CANTCREAT: the run folder is another job's
 
@@ -72,20 +73,22 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     execution = _args.execution(args)
     try:
-        train(
-            args.spec,
-            args.data_dir,
-            args.run_dir,
-            execution["device"],
-            execution["threads"],
-            execution["progress_seconds"],
-            execution["micro_batch"],
-            execution["train_mem_mb"],
-            args.stop_after_step,
-            {key: execution[key] for key in (*STEP_SETTINGS, "device_profile")},
-            stop_rule_of(args.spec),
-            args.lease_seconds,
-        )
+        # A progress bar in a terminal; under Snakemake the log's timed lines.
+        with terminal_output():
+            train(
+                args.spec,
+                args.data_dir,
+                args.run_dir,
+                execution["device"],
+                execution["threads"],
+                execution["progress_seconds"],
+                execution["micro_batch"],
+                execution["train_mem_mb"],
+                args.stop_after_step,
+                {key: execution[key] for key in (*STEP_SETTINGS, "device_profile")},
+                stop_rule_of(args.spec),
+                args.lease_seconds,
+            )
     except (LeaseHeld, LeaseLost) as err:  # another job's folder: one line, not a traceback
         print(f"[{args.spec.get('run_id', args.run_dir)}] {err}", file=sys.stderr, flush=True)
         return EXIT_LEASE

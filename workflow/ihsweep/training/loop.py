@@ -44,7 +44,7 @@ from ihsweep.training.execution import prepare_device, resolve_micro_batch, step
 from ihsweep.training.model import GPT, GPTConfig
 from ihsweep.training.progress import (
     LossLog,
-    Progress,
+    progress_of,
     read_progress,
     summary_line,
     write_progress,
@@ -208,7 +208,9 @@ class Trainer:
         self.signals, self.lease = signals, lease
         self.begin()
         self.job.model.train()
-        self.progress = Progress(self.progress_seconds, self.step)  # times the session too
+        # Times the session too; a bar in place of the log's lines when run in a terminal.
+        self.progress = progress_of(self.progress_seconds, self.step, self.schedule.total_steps,
+                                    self.tokens_per_step, self.run_id)  # fmt: skip
         vocab = self.job.model.cfg.vocab_size
         self.watch = DivergenceWatch(vocab, self.spec["training"]["divergence_tokens"],
                                      self.tokens_per_step, self.losses.train_losses(),
@@ -267,7 +269,7 @@ class Trainer:
         if line_due:
             line = self.progress.line(step, schedule.total_steps, self.tokens_per_step,
                                       self.flops_per_token)  # fmt: skip
-            print(f"[{self.run_id}] {line}", flush=True)
+            self.progress.show(self.run_id, line)  # a log line, or a terminal's bar
             self.record_progress("running", self.progress.tokens_per_second)
             self.events.speed(step, self.progress.tokens_per_second)
         if schedule.checkpoints(step):

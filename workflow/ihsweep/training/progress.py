@@ -1,6 +1,7 @@
 """What a training job tells the world while it runs: its log lines and ``progress.json``.
 
-``Progress`` decides when a progress line is due and writes it; ``write_progress`` and
+``Progress`` decides when a progress line is due and writes it (``TerminalProgress`` draws a
+bar instead when the job runs in a terminal, ``progress_of``); ``write_progress`` and
 ``read_progress`` are the one writer and reader of ``progress.json``, the record
 ``ihsweep.status`` reads; ``summary_line`` is the log's last line. No torch here: ``status``
 imports this module to read the records of a study that is training elsewhere.
@@ -8,7 +9,9 @@ imports this module to read the records of a study that is training elsewhere.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -29,6 +32,7 @@ class Progress:
         self.start_step = self.last_step = step
         self.losses: list[float] = []
         self.tokens_per_second: float | None = None  # of the last line's window
+        self.last_loss = float("nan")  # the mean train loss of the last line's window
 
     def add(self, loss: float) -> None:
         self.losses.append(loss)
@@ -46,11 +50,68 @@ class Progress:
         eta = (total_steps - step) * tokens_per_step / mean_tps if mean_tps > 0 else 0.0
         loss = float(np.mean(self.losses)) if self.losses else float("nan")
         self.last_time, self.last_step, self.losses = now, step, []
+        self.last_loss = loss
         return (
             f"step {step}/{total_steps} | tokens {step * tokens_per_step / 1e6:.2f}M"
             f" | loss {loss:.4f} | {tps / 1e3:.1f}k tok/s"
             f" | {tps * flops_per_token / 1e9:.1f} GFLOP/s | ETA {format_eta(eta)}"
         )
+
+    def show(self, label: str, line: str) -> None:
+        """Print a line ``line()`` made: the log's progress line."""
+        print(f"[{label}] {line}", flush=True)
+
+
+def on_terminal() -> bool:
+    """Whether a person watches the job (stderr is a terminal) rather than a log file."""
+    return sys.stderr.isatty()
+
+
+class TerminalProgress(Progress):
+    """A progress bar on stderr (tqdm) for a job run in a terminal: tokens done of the
+    budget, tokens/s, ETA and the last loss, in place of the log's progress lines. The bar
+    moves at every update (tqdm paces its drawing); the loss is the mean of each progress
+    line's window, as in the log, and progress.json is written at the same times."""
+
+    def __init__(self, seconds: float, step: int, total_steps: int, tokens_per_step: int,
+                 label: str, clock=time.perf_counter):  # fmt: skip
+        from tqdm import tqdm  # here: ihsweep.status imports this module and draws no bar
+
+        super().__init__(seconds, step, clock)
+        self.tokens_per_step = tokens_per_step
+        self.bar = tqdm(
+            total=total_steps * tokens_per_step, initial=step * tokens_per_step, desc=label,
+            unit="tok", unit_scale=True, dynamic_ncols=True, file=sys.stderr,
+        )  # fmt: skip
+
+    def due(self, step: int, total_steps: int) -> bool:
+        self.bar.update(step * self.tokens_per_step - self.bar.n)
+        return super().due(step, total_steps)
+
+    def show(self, label: str, line: str) -> None:
+        self.bar.set_postfix(loss=f"{self.last_loss:.4f}")
+
+
+def progress_of(seconds: float, step: int, total_steps: int, tokens_per_step: int, label: str):
+    """The job's progress display: a bar in a terminal, timed lines in a log (Snakemake's)."""
+    if on_terminal():
+        return TerminalProgress(seconds, step, total_steps, tokens_per_step, label)
+    return Progress(seconds, step)
+
+
+@contextlib.contextmanager
+def terminal_output():
+    """When stdout and stderr are one terminal, the job's printed lines go through tqdm,
+    which clears the bar, writes the line and draws the bar again below it (on stderr, the
+    bar's file: tqdm clears only the bars of the file it writes to). Otherwise (a log, or
+    stdout sent to a file) nothing changes."""
+    if not (on_terminal() and sys.stdout.isatty()):
+        yield
+        return
+    from tqdm.contrib import DummyTqdmFile
+
+    with contextlib.redirect_stdout(DummyTqdmFile(sys.stderr)):
+        yield
 
 
 def write_progress(
