@@ -7,7 +7,7 @@ code that will run the step, so that what passes here is what the step accepts:
 - a hub corpus's local files and keys (``ihsweep.data.corpus``);
 - copy lengths that fit the context (``ihsweep.data.natural``), Markov cells whose
   repetition frequency the context can carry (``ihsweep.data.markov``);
-- checkpoint suites (``ihsweep.probing.suite``);
+- checkpoint suites (``ihsweep.probing.suite``), and a note when they come from the hub;
 - the device profile, and every run's memory at its micro-batch (``ihsweep.cost.study``).
 
 It stops at the first problem with a one-line ``ConfigError`` that names the key and the fix.
@@ -15,6 +15,7 @@ It stops at the first problem with a one-line ``ConfigError`` that names the key
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from ihsweep.config import SCHEMA, ConfigError, Run, Study, expand_runs, read_study
@@ -24,7 +25,7 @@ from ihsweep.cost.study import StudyCost
 from ihsweep.data.corpus import CorpusError, check_huggingface
 from ihsweep.data.markov import MIN_CONTEXT, context_start_probability
 from ihsweep.data.natural import copy_length_range
-from ihsweep.probing.suite import SuiteError, check_suite
+from ihsweep.probing.suite import SuiteError, check_suite, hub_note
 
 
 def prepare(config: dict, schema: str | Path = SCHEMA) -> Study:
@@ -59,12 +60,16 @@ def _check_corpus(name: str, dataset: dict) -> None:
 
 
 def _check_suites(config: dict) -> None:
-    """The suites, checked (``ihsweep.probing.suite.check_suite``)."""
-    for name, suite in config.get("suites", {}).items():
+    """The suites, checked (``ihsweep.probing.suite.check_suite``); one line on stderr when
+    probe jobs will download from the hub, saying how to use local copies instead."""
+    suites = config.get("suites", {})
+    for name, suite in suites.items():
         try:
-            check_suite(name, suite)
+            check_suite(name, suite, probe=config["probe"])
         except SuiteError as err:
             raise ConfigError(str(err)) from None
+    if note := hub_note(suites):
+        print(note, file=sys.stderr)
 
 
 def _check_copy_fits(dataset: dict, run: Run, index: int) -> None:

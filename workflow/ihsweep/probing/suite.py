@@ -27,8 +27,11 @@ in bf16 on a GPU (fp32 on the CPU), and each revision's probe result is cached
 revision already probed is not loaded again.
 
 ``check_suite`` is the config check: revision names without a step, a local revision folder
-that is not there, and an architecture without a probe adapter (``ihsweep.probing.hf``) fail
-before any job starts, naming the suite.
+that is not there, an architecture without a probe adapter (``ihsweep.probing.hf``), revisions
+of different architectures, a context beyond their positions and a vocabulary the probe cannot
+draw from fail before any job starts, naming the suite (a hub suite: what is on this machine).
+``hub_note`` is the planning line that a suite will be downloaded. A suite of our exports
+records the parameter count our model has (``parameter_count``), not transformers' count.
 """
 
 from __future__ import annotations
@@ -52,6 +55,10 @@ PYTHIA_REVISIONS = tuple(
 REVISION_LISTS = {"pythia": PYTHIA_REVISIONS}
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 _LAST_NUMBER = re.compile(r"(\d+)\D*$")
+
+
+# Written by ihsweep.export beside an exported checkpoint's weights: the run's metadata.
+EXPORT_SPEC = "ihsweep_spec.json"
 
 
 class SuiteError(ValueError):
@@ -100,8 +107,14 @@ def revision_source(
     return suite["model"], revision
 
 
-def check_suite(name: str, suite: dict, base_dir: str | os.PathLike = ".") -> None:
-    """What can be checked before any job: step numbers, local revision folders, adapters."""
+def check_suite(
+    name: str, suite: dict, base_dir: str | os.PathLike = ".", probe: dict | None = None
+) -> None:
+    """What can be checked before any job: step numbers, local revision folders, adapters, one
+    architecture across the revisions and a context that fits it (every revision whose
+    config.json is here: all of a local suite's, a hub suite's in the Hugging Face cache), and
+    the vocabulary the probe draws from (``probe``: its settings; a hub suite's tokenizer is
+    only known here when the hub is off)."""
     where = f"suites.{name}"
     revisions = revision_names(suite)
     for revision in revisions:
@@ -119,8 +132,33 @@ def check_suite(name: str, suite: dict, base_dir: str | os.PathLike = ".") -> No
             f"{where}.tokens_per_step: {suite['tokens_per_step']} is not batch_size * "
             f"context_size = {expected}; updates are tokens / (B * C) downstream, so fix B or C"
         )
+    configs = _local_configs(where, suite, revisions, base_dir)
+    _check_architecture(where, suite, configs)
+    if probe is not None and (is_local(suite, base_dir) or offline(suite)):
+        _check_vocabulary(name, suite, probe, revisions[0], base_dir)
+
+
+def hub_note(suites: dict, base_dir: str | os.PathLike = ".") -> str | None:
+    """One line for the planning output when probe jobs will download suites from the hub (a
+    study of Pythia asks for gigabytes of weights); None when every suite is read locally."""
+    hub = [name for name, suite in suites.items()
+           if not is_local(suite, base_dir) and not offline(suite)]  # fmt: skip
+    if not hub:
+        return None
+    return (
+        f"note: suites {', '.join(hub)} download their revisions from the Hugging Face hub in "
+        f"the probe jobs; to use local copies, set suites.<name>.model to a folder of revision "
+        f"folders (<folder>/step1000/config.json), or local_files_only: true (or "
+        f"HF_HUB_OFFLINE=1) to read the Hugging Face cache"
+    )
+
+
+def _local_configs(
+    where: str, suite: dict, revisions: list[str], base_dir: str | os.PathLike
+) -> dict[str, Path]:
+    """``{revision: its config.json}`` for every revision whose config is on this machine."""
     if is_local(suite, base_dir):
-        configs = []
+        configs = {}
         for revision in revisions:
             folder = Path(revision_source(suite, revision, base_dir)[0])
             if not (folder / "config.json").is_file():
@@ -128,24 +166,83 @@ def check_suite(name: str, suite: dict, base_dir: str | os.PathLike = ".") -> No
                     f"{where}: revision {revision!r} is not there ({folder}/config.json is "
                     f"missing); a local suite holds one model folder per revision"
                 )
-            configs.append(folder / "config.json")
-    else:
-        configs = [_cached_config(suite, r) for r in revisions[:1]] if offline(suite) else []
-        if configs and configs[0] is None:
-            raise SuiteError(
-                f"{where}: revision {revisions[0]!r} of {suite['model']!r} is not in the local "
-                f"Hugging Face cache and the hub is off (local_files_only or HF_HUB_OFFLINE); "
-                f"download it once, or point model at a local folder of revision folders"
-            )
+            configs[revision] = folder / "config.json"
+        return configs
+    cached = {r: _cached_config(suite, r) for r in revisions}
+    if offline(suite) and cached[revisions[0]] is None:
+        raise SuiteError(
+            f"{where}: revision {revisions[0]!r} of {suite['model']!r} is not in the local "
+            f"Hugging Face cache and the hub is off (local_files_only or HF_HUB_OFFLINE); "
+            f"download it once, or point model at a local folder of revision folders"
+        )
+    return {r: Path(path) for r, path in cached.items() if path is not None}
+
+
+def _check_architecture(where: str, suite: dict, configs: dict[str, Path]) -> None:
+    """One training run is one architecture: every revision's model type has an adapter, and
+    its layers, heads and width are the first revision's; the probe's context fits its
+    positions. A probe job would otherwise fail on the odd revision, hours in."""
+    if not configs:  # a hub suite not in the cache: its jobs check what they download
+        return
+    from transformers import AutoConfig
+
     from ihsweep.probing.hf import ARCHITECTURES  # imports torch: only for studies with suites
 
-    for path in configs[:1]:  # one training run: one architecture
-        model_type = json.loads(Path(path).read_text()).get("model_type")
+    first = None
+    for revision, path in configs.items():
+        settings = json.loads(Path(path).read_text())
+        model_type = settings.get("model_type")
         if model_type not in ARCHITECTURES:
             raise SuiteError(
                 f"{where}: model type {model_type!r} has no probe adapter; supported model "
                 f"types: {', '.join(sorted(ARCHITECTURES))}"
             )
+        config = AutoConfig.for_model(**settings)
+        shape = {
+            "model_type": model_type,
+            "layers": config.num_hidden_layers,
+            "heads": config.num_attention_heads,
+            "width": config.hidden_size,
+        }
+        if first is None:
+            first = (revision, shape)
+        elif shape != first[1]:
+            differ = ", ".join(
+                f"{key} {first[1][key]} vs {value}"
+                for key, value in shape.items()
+                if value != first[1][key]
+            )
+            raise SuiteError(
+                f"{where}.revisions: {revision!r} is another architecture than "
+                f"{first[0]!r} ({differ}; {path}); a suite is one training run's revisions: "
+                f"give the other model a suite of its own"
+            )
+        positions = getattr(config, "max_position_embeddings", None)
+        if positions is not None and suite["context_size"] > positions:
+            raise SuiteError(
+                f"{where}.context_size: {suite['context_size']} exceeds revision {revision!r}'s "
+                f"{positions} positions ({path}: max_position_embeddings); use context_size <= "
+                f"{positions}, the context the suite was trained with"
+            )
+
+
+def probe_half_length(suite: dict, probe: dict) -> int:
+    """``s``: the probe's repeated half, as ``make_probe_batch`` draws it for the suite."""
+    return min(probe["max_half_length"], suite["context_size"] // 2)
+
+
+def _check_vocabulary(
+    name: str, suite: dict, probe: dict, revision: str, base_dir: str | os.PathLike
+) -> None:
+    s = probe_half_length(suite, probe)
+    if suite["vocab_size"] is None:
+        tokenizer_size(name, suite, revision, base_dir, at_least=s)
+    elif suite["vocab_size"] < s:
+        raise SuiteError(
+            f"suites.{name}.vocab_size: {suite['vocab_size']} ids are fewer than the probe's "
+            f"s = min(probe.max_half_length, context_size // 2) = {s} distinct tokens; set "
+            f"vocab_size to the model's vocabulary or lower probe.max_half_length"
+        )
 
 
 def _cached_config(suite: dict, revision: str) -> str | None:
@@ -182,7 +279,9 @@ def probe_suite(
     from ihsweep.probing.run import probe_tables
 
     revisions = revision_names(suite)
-    vocab_size = suite["vocab_size"] or _tokenizer_size(name, suite, revisions[0], base_dir)
+    vocab_size = suite["vocab_size"] or tokenizer_size(
+        name, suite, revisions[0], base_dir, at_least=probe_half_length(suite, probe)
+    )
     dtype = torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
     budget = max(revision_step(r) for r in revisions) * suite["batch_size"] * suite["context_size"]
     frames = []
@@ -211,7 +310,7 @@ def probe_suite(
             seed=suite["seed"],
             step=step,
             tokens=step * suite["batch_size"] * suite["context_size"],
-            n_params=sum(p.numel() for p in model.parameters()),
+            n_params=parameter_count(model, source),
             train_loss=math.nan,
             val_loss=math.nan,
             **summary,
@@ -226,8 +325,22 @@ def probe_suite(
     return heads, model
 
 
-def _tokenizer_size(name: str, suite: dict, revision: str, base_dir) -> int:
-    """The real vocabulary: the tokenizer's size, not the (padded) embedding's rows."""
+def parameter_count(model, source: str) -> int:
+    """The parameters the model has. An export of ours records its own count: transformers
+    counts the all-zero MLP (and attention output bias) an attention-only model is exported
+    with, which the model does not have and which would skew the law's size term."""
+    spec = Path(source) / EXPORT_SPEC
+    if spec.is_file():
+        return int(json.loads(spec.read_text())["n_params"])
+    return sum(p.numel() for p in model.parameters())
+
+
+def tokenizer_size(
+    name: str, suite: dict, revision: str, base_dir: str | os.PathLike = ".", at_least: int = 2
+) -> int:
+    """The real vocabulary: the tokenizer's size, not the (padded) embedding's rows. A folder
+    without tokenizer files gives transformers an empty tokenizer (one token): fewer than
+    ``at_least`` tokens (the probe's s) is refused, naming ``vocab_size``."""
     from transformers import AutoTokenizer
 
     source, git_revision = revision_source(suite, revision, base_dir)
@@ -240,4 +353,11 @@ def _tokenizer_size(name: str, suite: dict, revision: str, base_dir) -> int:
             f"suites.{name}.vocab_size: not set, and no tokenizer at revision {revision!r} to "
             f"read it from ({err}); set vocab_size to the tokenizer's size"
         ) from err
+    if len(tokenizer) < at_least:
+        raise SuiteError(
+            f"suites.{name}.vocab_size: not set, and the tokenizer at revision {revision!r} "
+            f"({source}) has {len(tokenizer)} token(s), fewer than the probe's {at_least} "
+            f"distinct ones (no tokenizer files there?); set suites.{name}.vocab_size to the "
+            f"model's real vocabulary"
+        )
     return len(tokenizer)
