@@ -25,11 +25,12 @@ from pathlib import Path
 
 import torch
 
+from ihsweep.probing.suite import EXPORT_SPEC
 from ihsweep.training.checkpoints import checkpoint_paths, list_checkpoints, read_checkpoint
 from ihsweep.training.model import GPTConfig
 from ihsweep.training.weights import load_checkpoint_weights
 
-SPEC_JSON = "ihsweep_spec.json"
+SPEC_JSON = EXPORT_SPEC  # its n_params is what a suite of exports records (probing.suite)
 
 
 def find_checkpoint(path: str | Path, step: int | None = None) -> dict:
@@ -131,6 +132,9 @@ def export_checkpoint(meta: dict, out_dir: str | Path) -> Path:
         model.save_pretrained(tmp)  # transformers 5 always writes safetensors
         provenance = {k: v for k, v in meta.items() if k != "weights"}
         provenance["exported_from"] = str(Path(meta["weights"]).resolve())
+        # The parameters our model has, not the GPT-2 folder's: no zero MLP of an
+        # attention-only model (a suite of exports records this count).
+        provenance["n_params"] = sum(t.numel() for t in tensors.values())
         (tmp / SPEC_JSON).write_text(json.dumps(provenance, indent=2, sort_keys=True) + "\n")
         tmp.chmod(0o755)  # mkdtemp makes 0700
         if out_dir.exists():
