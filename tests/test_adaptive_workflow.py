@@ -13,6 +13,7 @@ import json
 import re
 import subprocess
 import sys
+from datetime import datetime
 
 import pandas as pd
 import pytest
@@ -20,6 +21,7 @@ import yaml
 from conftest import REPO, job_stats, run_study, snakemake, study_text
 from ihsweep import layout
 from ihsweep.config import StudyPaths
+from ihsweep.provenance import STUDY_JSON, StudyClaim
 from ihsweep.validate import prepare
 
 # The aggregates of the test studies, which keep the schema's default name (`study`).
@@ -99,6 +101,27 @@ def test_status_says_diverged_and_counts_tokens_against_the_budget(study):
     (line,) = [ln for ln in proc.stdout.splitlines() if ln.strip().startswith(DIVERGED)]
     assert " diverged " in line and "nan at step" in line
     assert "1 diverged" in proc.stdout and "tokens trained" in proc.stdout
+
+
+def test_study_json_says_where_and_when_the_study_ran_and_status_reads_it(study, tmp_path):
+    """Snakemake ran the study with --directory: study.json records that folder and the start,
+    and status, typed elsewhere with --directory and --study, reads the study from it."""
+    workdir, prepared, _, _ = study
+    claim = StudyClaim.read(workdir / layout.study_dir(prepared.name) / STUDY_JSON)
+    assert claim.directory == str(workdir) and claim.configfiles == ("config.yaml",)
+    assert datetime.fromisoformat(claim.started).tzinfo is not None
+    proc = subprocess.run(
+        [sys.executable, "-m", "ihsweep.status", "--directory", str(workdir), "--study",
+         prepared.name],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == (
+        f"study {prepared.name} (--study): config config.yaml, directory {workdir},"
+        f" started {claim.started}"
+    )
+    assert f"{len(prepared.runs)} runs: " in proc.stdout and "1 diverged" in proc.stdout
+    assert "study ETA: nothing left to train" in proc.stdout
 
 
 def test_stopping_replay_reads_the_study_and_leaves_out_the_diverged_run(study, tmp_path):

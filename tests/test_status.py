@@ -9,17 +9,34 @@ say exactly that. Runs that ended early (stopped once emergence was confirmed, o
 predictions recorded with the run or made by today's fit must show in the table and its totals.
 """
 
+import io
 import json
+import re
 import shutil
+import signal
+import subprocess
+import sys
 import time
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from conftest import SCHEMA
+from conftest import SCHEMA, write_chunks
 from ihsweep import layout
-from ihsweep.config import Run, StudyPaths
+from ihsweep.config import Run, StudyPaths, load_configfiles
+from ihsweep.provenance import STUDY_JSON, StudyClaim, claim_clash, config_sha256, write_claim
 from ihsweep.status import main, run_state, status_table, totals
+from ihsweep.status.command import CLEAR, watch
+from ihsweep.status.live import (
+    COST_MODEL,
+    MEASURED,
+    CostEstimate,
+    Remaining,
+    finish_seconds,
+    study_eta_line,
+    study_remaining,
+)
 from ihsweep.training.progress import read_progress, write_progress
 from ihsweep.validate import prepare
 
@@ -277,3 +294,253 @@ def test_totals_without_predictions_or_ended_runs(study, tmp_path):
         "tokens trained: 0.00M of 0.00M budget over the 0 ended runs; 0.65M of 1.28M over all 2;"
         " 0 stopped early; 0 diverged"
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Speed, share of the budget and ETA of the running runs; the study's ETA
+
+
+def test_running_runs_show_speed_percent_and_eta(study, tmp_path, capsys):
+    # B = 4 runs: its progress.json (write_progress's) says 210k tokens at 1k tokens/s, 10 s
+    # ago, and a checkpoint holds 320k: 50% of 640k, (640k - 210k) / 1k - 10 = 420 s to go.
+    table = status_table(study, tmp_path).set_index("run_id")
+    running = table.loc[run_id(4)]
+    assert running.tokens_per_second == 1000.0 and running.percent == 50.0
+    assert running.eta_seconds == pytest.approx(420.0, abs=5.0)
+    others = table.drop(index=run_id(4))
+    assert others[["tokens_per_second", "percent", "eta_seconds"]].isna().all().all()
+    assert main([]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if run_id(4) in ln)
+    assert "1.0k tok/s" in line and "50%" in line and re.search(r" (6m5\ds|7m00s) ", line)
+
+
+def test_finish_seconds_schedules_runs_into_job_slots():
+    # One job: every run after the other. Two: the running run (100 s left) holds one slot;
+    # 50 s, 30 s and 40 s queue into the slot that frees first: 50, 80, then 80 + 40 = 120.
+    assert finish_seconds([100.0], [50.0, 30.0, 40.0], jobs=1) == 220.0
+    assert finish_seconds([100.0], [50.0, 30.0, 40.0], jobs=2) == 120.0
+    # Three running where one job was assumed: each keeps its slot.
+    assert finish_seconds([10.0, 20.0, 30.0], [5.0], jobs=1) == 30.0
+    assert finish_seconds([], [], jobs=4) == 0.0
+
+
+def test_study_eta_line_says_what_is_measured_and_what_estimated(study, tmp_path):
+    estimate = CostEstimate(study)
+    left = [
+        Remaining("a", 400_000, 400.0, MEASURED, True),
+        Remaining("b", 300_000, 100.0, MEASURED, False),
+        Remaining("c", 640_000, 200.0, COST_MODEL, False),
+    ]
+    line = study_eta_line(left, 0, 1, estimate)
+    assert line.startswith("study ETA 11m40s (1 job at a time, as on one machine;")
+    assert "3 unfinished runs, 1.34M tokens left" in line
+    assert "2 at their measured speeds: 8m20s" in line
+    assert f"1 by the cost model (device profile {estimate.profile_name}): 3m20s" in line
+    assert study_eta_line(left, 0, 2, estimate).startswith("study ETA 6m40s (2 jobs at a time")
+
+
+def test_study_remaining_counts_unfinished_runs_by_their_speed(study, tmp_path):
+    """The fixture's unfinished runs: running (measured), interrupted (its last speed),
+    failed twice (one silent, both with a recorded speed: write_progress wrote 1k tok/s) and
+    one not started (the cost model's estimate for its whole budget)."""
+    estimate = CostEstimate(study)
+    table = status_table(study, tmp_path)
+    left, unknown = study_remaining(study, table, tmp_path, estimate, time.time())
+    assert unknown == 0
+    told = {r.run_id: r for r in left}
+    assert set(told) == {run_id(b) for b in (4, 8, 16, 32, 64)}
+    assert told[run_id(8)].seconds == pytest.approx((BUDGET - 330000) / 1000.0)
+    assert told[run_id(8)].source == MEASURED and not told[run_id(8)].running
+    assert told[run_id(4)].running and told[run_id(4)].source == MEASURED
+    missing = told[run_id(64)]
+    assert missing.source == COST_MODEL and missing.tokens == BUDGET
+    assert missing.seconds == pytest.approx(estimate.seconds(run_of(64), BUDGET))
+    assert missing.seconds > 0
+
+
+# --------------------------------------------------------------------------------------------
+# Which study: the records of results/studies/*/study.json, --study and --directory
+
+OTHER = CONFIG.replace("batch_size: [1, 2, 4, 8, 16, 32, 64]", "batch_size: [128]") + (
+    "study: other\n"
+)
+
+
+def claim_study(root, name: str, files: list[str], started: str | None) -> None:
+    """study.json as the Snakefile writes it (StudyClaim.of, write_claim), its start time
+    set to ``started`` so that the order of two studies is known."""
+    config = load_configfiles([root / f for f in files])
+    definition = config_sha256(prepare(config, SCHEMA).config)
+    claim = StudyClaim.of(name, [root / f for f in files], definition)
+    write_claim(claim, root)
+    record = json.loads(claim.path(root).read_text())
+    assert record["directory"] == str(root) and record["configfiles"] == files
+    record["started"] = started
+    claim.path(root).write_text(json.dumps(record))
+
+
+def header(out: str) -> str:
+    return out.splitlines()[0]
+
+
+def test_plain_status_reports_the_running_study(study, tmp_path, capsys):
+    (tmp_path / "other.yaml").write_text(OTHER)
+    # Nothing recorded: config.yaml's study, saying so.
+    assert main([]) == 0
+    assert header(capsys.readouterr().out).startswith(
+        "study default (config.yaml, the default: no study is running;"
+    )
+    claim_study(tmp_path, "default", ["config.yaml"], "2026-12-01T10:00:00+00:00")
+    claim_study(tmp_path, "other", ["other.yaml"], "2026-12-02T10:00:00+00:00")
+    # default runs (B = 4), other has no run started: default, the only one running.
+    assert main([]) == 0
+    out = capsys.readouterr().out
+    assert header(out) == (
+        f"study default (the only study running): config config.yaml, directory {tmp_path},"
+        " started 2026-12-01T10:00:00+00:00"
+    )
+    assert "studies recorded here (results/studies/*/study.json):" in out
+    listed = [line for line in out.splitlines() if line.startswith("  ")]
+    assert listed[:2] == [
+        f"  other: other.yaml in {tmp_path}, started 2026-12-02T10:00:00+00:00; not running",
+        f"  default: config.yaml in {tmp_path}, started 2026-12-01T10:00:00+00:00; running (1 run)",
+    ]
+    # other's run starts: both run, the one started last is shown, the other named.
+    other = prepare(yaml.safe_load(OTHER), SCHEMA)
+    run_dir = tmp_path / StudyPaths(other).run_dir(other.runs[0])
+    write_progress(run_dir, "running", 10, 500, 1280, 2000.0)
+    assert main([]) == 0
+    assert header(capsys.readouterr().out).startswith(
+        "study other (started last of the running ones; --study default): config other.yaml"
+    )
+    assert main(["--study", "default"]) == 0
+    first = header(capsys.readouterr().out)
+    assert first.startswith("study default (--study): config config.yaml")
+    with pytest.raises(
+        SystemExit, match=r"no study 'nope' recorded .*\(recorded: other, default\)"
+    ):
+        main(["--study", "nope"])
+
+
+def test_old_study_records_read_without_directory_or_start(study, tmp_path, capsys):
+    """study.json written before the directory and start time were recorded."""
+    old = {"study": "default", "configfiles": ["config.yaml"], "config_sha256": "0" * 64}
+    path = tmp_path / layout.study_dir("default") / STUDY_JSON
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(old))
+    claim = StudyClaim.read(path)
+    assert (claim.directory, claim.started) == (None, None)
+    assert claim_clash(StudyClaim("default", ("other.yaml",), "1" * 64), tmp_path) is not None
+    assert main(["--study", "default"]) == 0
+    first = header(capsys.readouterr().out)
+    # Its files, read from here, now define another hash than the record's all-zero one.
+    assert first.startswith("study default (--study; its config files define another study now")
+    assert f"directory {tmp_path}" in first
+
+
+def test_directory_reads_the_study_of_another_folder(study, tmp_path, monkeypatch, capsys):
+    assert main(["--csv", str(tmp_path / "here.csv")]) == 0
+    here = capsys.readouterr().out
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    with pytest.raises(SystemExit, match="no study is running and there is no config.yaml"):
+        main([])
+    assert main(["--directory", str(tmp_path), "--csv", "there.csv"]) == 0
+    there = capsys.readouterr().out
+    assert header(there) == header(here) and f"directory {tmp_path}" in header(there)
+    assert (elsewhere / "there.csv").is_file()  # --csv: where the command is typed
+    assert (
+        pd.read_csv(elsewhere / "there.csv")["state"].tolist()
+        == pd.read_csv(tmp_path / "here.csv")["state"].tolist()
+    )
+    # --configfile is relative to where the command is typed, as snakemake's.
+    (elsewhere / "mine.yaml").write_text(OTHER)
+    assert main(["-d", str(tmp_path), "--configfile", "mine.yaml"]) == 0
+    first = header(capsys.readouterr().out)
+    assert first.startswith("study other (--configfile): config elsewhere/mine.yaml,")
+    with pytest.raises(SystemExit):
+        main(["--directory", str(tmp_path / "absent")])
+
+
+def test_watch_draws_frames_until_ctrl_c():
+    frames = iter(["frame 1", "frame 2"])
+
+    def render() -> str:
+        frame = next(frames, None)
+        if frame is None:
+            raise KeyboardInterrupt  # Ctrl-C while the third frame is read
+        return frame
+
+    out = io.StringIO()
+    assert watch(render, 0.01, out) == 0
+    text = out.getvalue()
+    assert text.count("every 0.01 s until Ctrl-C\n") == 2
+    assert text.index("frame 1") < text.index("frame 2") and CLEAR not in text  # not a terminal
+
+
+LIVE = """
+models: {m: {n_layer: 1, n_head: 1, d_model: 8, mlp: false, n_ctx: 64}}
+probe: {min_layer: 0}
+datasets: {t: {family: natural, corpus: {source: kjv}, tokenizer: {kind: bpe, vocab_size: 300}}}
+runs: [{data: t, model: m, batch_size: [8, 16], context_size: 10}]
+training: {tokens: 80000000}
+checkpoints: {tokens: [80000000]}
+study: live
+"""
+
+
+def frames_of(watcher: subprocess.Popen, count: int) -> list[str]:
+    """The first ``count`` frames ``status --watch`` prints (it prints until Ctrl-C)."""
+    text = ""
+    while text.count("until Ctrl-C\n") <= count:  # a frame ends where the next one starts
+        line = watcher.stdout.readline()
+        assert line, f"status --watch ended: {text}"
+        text += line
+    return text.split("until Ctrl-C\n")[1 : count + 1]
+
+
+@pytest.mark.slow
+def test_watch_follows_a_run_training_now(tmp_path, monkeypatch):
+    """A real training job of the study's first run; status --watch, started with no flag
+    but --watch, finds the study by its study.json and shows the run's speed and ETA."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "config.yaml").write_text(LIVE)
+    live = prepare(yaml.safe_load(LIVE), SCHEMA)
+    claim_study(tmp_path, "live", ["config.yaml"], "2026-12-06T09:00:00+00:00")
+    rng = np.random.default_rng(0)
+    splits = {"train": rng.integers(0, 300, (256, 10)), "val": rng.integers(0, 300, (16, 10))}
+    data = write_chunks(tmp_path / "data", splits, 300)
+    first, second = live.runs
+    run_dir = tmp_path / StudyPaths(live).run_dir(first)
+    trainer = subprocess.Popen(
+        [sys.executable, "-m", "ihsweep.steps.train", "--spec", json.dumps(live.train_spec(first)),
+         "--data-dir", str(data), "--run-dir", str(run_dir), "--device", "cpu", "--threads", "1",
+         "--progress-seconds", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while not read_progress(run_dir).get("tokens_per_second"):  # its first progress line
+            assert trainer.poll() is None and time.monotonic() < deadline
+            time.sleep(0.5)
+        watcher = subprocess.Popen([sys.executable, "-m", "ihsweep.status", "--watch", "1"],
+                                   stdout=subprocess.PIPE, text=True)  # fmt: skip
+        frames = frames_of(watcher, 2)
+        watcher.send_signal(signal.SIGINT)
+        assert watcher.wait(timeout=60) == 0
+    finally:
+        trainer.kill()
+        trainer.wait()
+    for frame in frames:
+        lines = frame.splitlines()
+        assert lines[0].startswith(
+            f"study live (the only study running): config config.yaml, directory {tmp_path},"
+        )
+        row = next(line for line in lines if line.strip().startswith(first.id)).split()
+        assert row[1] == "running" and row[3:5][1] == "tok/s" and row[3].endswith("k")
+        assert re.fullmatch(r"\d+%", row[5]) and re.fullmatch(r"\d+[dhm]\d+[hms]", row[6])
+        assert next(line for line in lines if second.id in line).split()[1] == "missing"
+        eta = next(line for line in lines if line.startswith("study ETA "))  # the last line
+        assert "2 unfinished runs" in eta
+        assert "1 at its measured speed: " in eta and "1 by the cost model" in eta

@@ -1,51 +1,8 @@
-"""Where a study stands: one line per configuration (training run), from the files on disk.
-
-    python -m ihsweep.status                      # the study in config.yaml
-    python -m ihsweep.status --configfile my.yaml --csv status.csv
-
-Run it in the repository root (or wherever ``results/`` is). It starts nothing and needs no
-Snakemake lock, so it works while a study runs, locally or on SLURM. States:
-
-- ``done``: trained and probed; ``trained``: run.json is there, the probe tables are not yet.
-  Both cover the two good endings, told apart by the ``outcome`` column: ``completed`` (trained
-  to its budget) or ``stopped early`` (stopped once its emergence was confirmed,
-  ``training.stop_after_emergence``; its tokens fall short of the budget on purpose);
-- ``diverged``: training hit a non-finite loss and ended there (run.json ``outcome``, or
-  ``progress.json`` state "diverged"); the ``error`` column says where, e.g. "train loss nan at
-  step 812 (lr 0.006)". The rest of the sweep goes on without it;
-- ``running``: the run's ``progress.json`` says so and was updated within the last
-  ``--active-minutes`` (default 5);
-- ``interrupted``: it stopped on a signal with its state saved (the retry resumes it);
-- ``failed``: it stopped on an error (the ``error`` column), or says running but has not been
-  updated for longer than ``--active-minutes`` (killed; read its log);
-- ``missing``: not started.
-
-Each run's state comes from its ``progress.json`` (``ihsweep.training.progress.write_progress``) and
-its completion record ``run.json``; nothing here reads the training log. Columns:
-
-- ``run_id, state``; ``outcome``: ``completed``, ``stopped_early`` or ``diverged`` once the run
-  has ended (run.json's value; a run.json without one counts as completed), empty before;
-- ``tokens``: tokens trained (the largest of run.json's, the last progress record's and the
-  last checkpoint's); ``budget``: its token budget (run.json's, else the study's);
-- ``emerged``, ``tokens_pt``, ``tokens_lo``, ``tokens_hi``: the observed emergence point and its
-  95% interval, from the study's aggregates' emergence tables when built;
-- ``predicted_tokens`` and ``prediction``, where the prediction comes from: ``run.json`` (the
-  point the law predicted when the run was planned, ``checkpoints.densify``, recorded with the
-  run) when the run has one, else ``lawfit`` (today's fit,
-  ``results/studies/<study>/natural/lawfit.json``, for the run's B and C; natural-data runs
-  only); ``predicted_within``: whether the prediction lies inside the observed interval (only
-  for emerged runs with a prediction);
-- ``error``: why a failed run stopped, or where a diverged one diverged.
-
-After the table come the state counts and a totals line: tokens trained against the budget
-over the runs that have ended (and the saving in %) and over all runs, how many stopped early
-and how many diverged, and "the law predicted N of M emerged runs within their interval" over
-the emerged runs with a prediction.
-"""
+"""The status table: one row per training run of a study, from the files on disk, and its
+totals; ``ihsweep.status`` documents the states and columns."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import time
@@ -56,17 +13,18 @@ import pandas as pd
 from ihsweep import layout
 from ihsweep.analysis.emergence import predicted_within
 from ihsweep.analysis.lawfit import predict_updates
-from ihsweep.config import Run, Study, StudyPaths, add_configfile, study_of_files
+from ihsweep.config import Run, Study, StudyPaths
 from ihsweep.io import RERUN
 from ihsweep.layout import PROGRESS_JSON
+from ihsweep.status.live import ENDED, format_duration, run_eta, run_speed
 from ihsweep.training.checkpoints import list_checkpoints
 from ihsweep.training.progress import read_progress
 
 COLUMNS = [
-    "run_id", "state", "outcome", "tokens", "budget", "emerged", "tokens_pt", "tokens_lo",
-    "tokens_hi", "predicted_tokens", "prediction", "predicted_within", "error",
+    "run_id", "state", "outcome", "tokens", "budget", "tokens_per_second", "percent",
+    "eta_seconds", "emerged", "tokens_pt", "tokens_lo", "tokens_hi", "predicted_tokens",
+    "prediction", "predicted_within", "error",
 ]  # fmt: skip
-ENDED = ("done", "trained", "diverged")  # states of a run whose training is over
 
 
 def read_record(run_dir: Path) -> dict | None:
@@ -197,6 +155,9 @@ def status_table(study: Study, root: Path = Path("."), active_minutes: float = 5
             tokens=tokens_reached(run_dir, progress, record),
             budget=int(budget),
         )
+        if state == "running":  # how fast it goes and when it ends, at its recorded speed
+            row.update(tokens_per_second=run_speed(progress), eta_seconds=run_eta(progress, now))
+            row["percent"] = 100 * row["tokens"] / row["budget"] if row["budget"] else None
         if state == "failed":
             row["error"] = failure(progress, paths.run_log("train", run), now)
         elif state == "diverged":
@@ -248,6 +209,10 @@ def totals(table: pd.DataFrame) -> str:
     return "; ".join(parts)
 
 
+def _absent(x) -> bool:
+    return x is None or pd.isna(x)
+
+
 def _millions(x) -> str:
     return "-" if x is None or pd.isna(x) else f"{x / 1e6:.2f}M"
 
@@ -273,6 +238,11 @@ def format_table(table: pd.DataFrame) -> str:
                 f"{_millions(t)}/{_millions(b)}"
                 for t, b in zip(table.tokens, table.budget, strict=True)
             ],
+            "speed": [
+                "-" if _absent(x) else f"{x / 1e3:.1f}k tok/s" for x in table.tokens_per_second
+            ],
+            "%": ["-" if _absent(x) else f"{x:.0f}%" for x in table.percent],
+            "ETA": ["-" if _absent(x) else format_duration(x) for x in table.eta_seconds],
             "emerged": table.emerged.map(yes_no),
             "observed [95% CI]": [observed(row) for row in table.itertuples()],
             "predicted": [
@@ -286,21 +256,3 @@ def format_table(table: pd.DataFrame) -> str:
     counts = table["state"].value_counts()
     summary = ", ".join(f"{counts[s]} {s}" for s in counts.index)
     return shown.to_string(index=False) + f"\n{len(table)} runs: {summary}\n{totals(table)}"
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ihsweep.status", description=__doc__)
-    add_configfile(parser)
-    parser.add_argument("--active-minutes", type=float, default=5.0)
-    parser.add_argument("--csv", type=Path, help="also write the table as CSV")
-    args = parser.parse_args(argv)
-    study = study_of_files(args.configfile)
-    table = status_table(study, Path("."), args.active_minutes)
-    print(format_table(table))
-    if args.csv:
-        table.to_csv(args.csv, index=False)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
