@@ -47,6 +47,8 @@ VARYING = {
     # A resume state's bytes are not reproducible (torch.save), its content is: the .pt files
     # are compared tensor by tensor (``state_digest``), so their sidecars' sha256 may differ.
     "resume.json": ("sha256",),
+    # When the study was last started: the fix reruns Snakemake, which records a new start.
+    "study.json": ("started",),
     "resume.prev.json": ("sha256",),
 }
 SKIPPED = ("results/logs/", "progress.json")
