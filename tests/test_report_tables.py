@@ -705,3 +705,27 @@ def test_a_damaged_run_record_is_named_with_its_fix(tmp_path):
     path.write_text("{")
     with pytest.raises(DamagedFile, match=r"run\.json.*snakemake"):
         read_records([path])
+
+
+def test_front_page_shows_the_law_fit_and_one_run_inline_as_data_uris(tmp_path):
+    import base64
+
+    from ihsweep.figures.style import new_figure, save_figure
+
+    runs = natural_runs()
+    folder = natural_folder(tmp_path, runs, known_fit(runs))
+    figures = {}
+    for stem in (folder / "figures" / "law_fit", tmp_path / "run" / "figures" / "k" / "run"):
+        fig = new_figure(3, 2)
+        fig.subplots().plot([0, 1], [0, 1])
+        figures[stem.name] = save_figure(fig, stem)[0]
+    (figures["run"].parent / layout.PROVENANCE).write_text(json.dumps({"runs": ["kjv/w64/B8"]}))
+    rst = findings.write_findings(folder, "natural", run_figure=figures["run"]).read_text()
+    assert max(map(len, rst.splitlines())) < 1000  # docutils refuses lines over 10,000
+    html = publish_parts(rst + "\n\n.. _law_fit.png: #\n.. _lawfit.html: #", writer="html")
+    sources = re.findall(r'<img alt="([^"]+)" src="([^"]+)"', html["body"])
+    assert sources == [
+        (alt, "data:image/png;base64," + base64.b64encode(figures[name].read_bytes()).decode())
+        for alt, name in [("The law fit", "law_fit"), ("The figure of run kjv/w64/B8", "run")]
+    ]
+    assert "One run, kjv/w64/B8: the middle of the runs" in rendered(rst)

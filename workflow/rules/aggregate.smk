@@ -18,6 +18,7 @@ rule aggregate_natural:
     input:
         tables=natural_model_tables(),
         records=run_records("natural"),
+        run_figure=front_page_run_figure("natural"),
     output:
         tables=[
             layout.aggregate_file(name, NATURAL_DIR)
@@ -59,7 +60,7 @@ rule aggregate_natural:
         code_sha256=CODE_SHA256,
     shell:
         "python -m ihsweep.steps.aggregate_natural --model-tables {input.tables}"
-        " --run-records {input.records}"
+        " --run-records {input.records} --run-figure {input.run_figure}"
         " --emergence {params.emergence:q} --lawfit {params.lawfit:q}"
         " --out-dir {params.out_dir} --config-sha256 {params.config_sha256} > {log} 2>&1"
 
@@ -69,6 +70,7 @@ rule aggregate_markov:
         tables=markov_model_tables(),
         chunks=markov_chunk_metas(),
         records=run_records("markov"),
+        run_figure=front_page_run_figure("markov"),
     output:
         tables=[
             layout.aggregate_file(name, MARKOV_DIR)
@@ -105,6 +107,7 @@ rule aggregate_markov:
     shell:
         "python -m ihsweep.steps.aggregate_markov --model-tables {input.tables}"
         " --chunk-metas {input.chunks} --run-records {input.records}"
+        " --run-figure {input.run_figure}"
         " --datasets {params.datasets:q} --emergence {params.emergence:q}"
         " --out-dir {params.out_dir} --config-sha256 {params.config_sha256} > {log} 2>&1"
 

@@ -1,5 +1,6 @@
 # Validation, wildcard constraints and the input functions that the rules call. No rules here.
 # Paths come from ihsweep.layout, the one home of the results/ layout.
+import dataclasses
 import json
 import os
 import sys
@@ -222,6 +223,17 @@ def natural_model_tables():
 
 def markov_model_tables():
     return [PATHS.probe_table("model", run) for run in STUDY.runs_of_family("markov")]
+
+
+def front_page_run_figure(family):
+    """The run figure the front page shows, from the findings of ``family``'s aggregate: the
+    middle of the natural-data runs sorted by (data, model, B, C, seed), or of the Markov
+    runs in a study without natural data; [] for the other aggregate."""
+    shown = "natural" if STUDY.runs_of_family("natural") else "markov"
+    runs = sorted(STUDY.runs_of_family(family), key=dataclasses.astuple)
+    if family != shown or not runs:
+        return []
+    return [PATHS.run_figures(runs[(len(runs) - 1) // 2])[0]]
 
 
 def run_records(family):

@@ -32,8 +32,10 @@ report defines for its results, by file name).
 
 from __future__ import annotations
 
+import base64
 import math
 import re
+import textwrap
 from pathlib import Path
 from types import MappingProxyType
 
@@ -452,41 +454,94 @@ def _fr_cells(table: pd.DataFrame) -> pd.DataFrame:
 # --- the files -----------------------------------------------------------------------------
 
 
-def natural_findings(folder: str | Path, records: list[dict] | None = None) -> str:
+def natural_findings(
+    folder: str | Path, records: list[dict] | None = None, run_figure: Path | None = None
+) -> str:
     """Experiment 1's findings from the natural aggregate's cached tables in ``folder`` and,
-    when given, its runs' completion records (how they were trained, and where)."""
+    when given, its runs' completion records (how they were trained, and where); the law fit
+    shown inline, and ``run_figure``, one run's figure, when given."""
     folder = Path(folder)
     path = folder / "lawfit.json"
     fit = read_json_file(path, "law fit", remedy=RERUN.format(path=path, step="aggregate"))
     emergence = pd.read_csv(folder / "emergence.csv")
-    sections = [law_findings(fit, emergence, records), environments(records, "natural-data")]
+    sections = [
+        law_findings(fit, emergence, records),
+        inline_figure(folder / "figures" / "law_fit.png", "The law fit", "law_fit.png"),
+        run_figure_section(run_figure),
+        environments(records, "natural-data"),
+    ]
     return "\n\n".join(s for s in sections if s) + "\n"
 
 
-def markov_findings(folder: str | Path, records: list[dict] | None = None) -> str:
+def markov_findings(
+    folder: str | Path, records: list[dict] | None = None, run_figure: Path | None = None
+) -> str:
     """Experiments 2 and 3's findings from the Markov aggregate's cached tables in ``folder``
-    and, when given, its runs' completion records (how they were trained, and where)."""
+    and, when given, its runs' completion records (how they were trained, and where); the
+    first setting's frontier shown inline, and ``run_figure``, one run's figure, when given."""
     folder = Path(folder)
     runs = pd.read_csv(folder / "emergence.csv")
     cells = pd.read_csv(folder / "cells.csv")
     path = folder / "frontier.json"
     fronts = read_json_file(path, "frontier", remedy=RERUN.format(path=path, step="aggregate"))
+    frontiers = sorted((folder / "figures").glob("frontier-*.png"))
+    first_frontier = frontiers[0] if frontiers else folder / "figures" / "frontier.png"
     sections = [
         frontier_findings(runs, cells, fronts, records),
+        inline_figure(first_frontier, "The first setting's frontier", first_frontier.name),
         property_findings(runs, records),
+        run_figure_section(run_figure),
         environments(records, "Markov-data"),
     ]
     return "\n\n".join(s for s in sections if s) + "\n"
 
 
-def write_findings(folder: str | Path, aggregate: str, records: list[dict] | None = None) -> Path:
-    """Write ``folder/findings.rst`` for the ``natural`` or ``markov`` aggregate's tables and
-    its runs' completion records (``trained.read_records``)."""
+def write_findings(
+    folder: str | Path,
+    aggregate: str,
+    records: list[dict] | None = None,
+    run_figure: str | Path | None = None,
+) -> Path:
+    """Write ``folder/findings.rst`` for the ``natural`` or ``markov`` aggregate's tables, its
+    runs' completion records (``trained.read_records``) and one run's figure to show."""
     read = natural_findings if aggregate == "natural" else markov_findings
     out = Path(folder) / layout.FINDINGS
+    text = read(folder, records, Path(run_figure) if run_figure else None)
     with atomic_path(out) as tmp:
-        Path(tmp).write_text(read(folder, records))
+        Path(tmp).write_text(text)
     return out
+
+
+# --- figures on the front page -------------------------------------------------------------
+
+
+def inline_figure(png: Path, caption: str, target: str = "") -> str:
+    """A figure shown on the page itself, as a data URI: Snakemake's report page is one file
+    (or a zip) whose front page links no other file, and its own ``embeddedfigure`` directive
+    links the path instead of embedding it. Wrapped, since docutils limits a line's length
+    (it joins the lines of a URI without spaces). "" when the figure was not drawn."""
+    if not png.exists():
+        return ""
+    uri = "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode()
+    first, *rest = textwrap.wrap(uri, 96)
+    lines = [f".. figure:: {first}", *(f"   {line}" for line in rest)]
+    link = f" ({_link(target)})" if target else ""  # a result of the report, by file name
+    lines += ["   :width: 100%", f"   :alt: {caption}", "", f"   {caption}{link}."]
+    return "\n".join(lines)
+
+
+def run_figure_section(png: Path | None) -> str:
+    """One run's figure, named by the run id its provenance record holds."""
+    if png is None:
+        return ""
+    record = read_json_file(png.parent / layout.PROVENANCE, "provenance", ("runs",))
+    (run_id,) = record["runs"]
+    intro = (
+        f"**One run**, {_literal(run_id)}: the middle of the runs sorted by data, model, B, C"
+        " and seed; every run's figure is under *Runs*."
+    )
+    # No link: every run's figure is named run.png, and a link by name reaches only one.
+    return intro + "\n\n" + inline_figure(png, f"The figure of run {run_id}")
 
 
 # --- how the runs were trained -------------------------------------------------------------

@@ -57,6 +57,10 @@ def main(argv: list[str] | None = None) -> int:
         "--run-records", nargs="*", default=[], type=Path,
         help="the runs' run.json files: how they were trained, for the findings",
     )  # fmt: skip
+    p.add_argument(
+        "--run-figure", nargs="*", default=[], type=Path,
+        help="one run's figure (run.png) to show with the findings; none: no run figure",
+    )  # fmt: skip
     p.add_argument("--chunk-metas", nargs="+", required=True, type=Path, help="chunks.json files")
     p.add_argument("--datasets", required=True, type=json_arg, help="{cell name: entry} (JSON)")
     _args.add_spec(p, "--emergence", "emergence", required=False)
@@ -107,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         figures.plot_property_grid(frontier.property_table(synthetic), figure_stem / "properties")
     figures.plot_generator_stats(generator, figure_stem / "generator")
 
-    findings.write_findings(out, "markov", records)  # from the tables above
+    findings.write_findings(out, "markov", records, *args.run_figure[:1])  # from the tables above
     written = [Path(f) for f in layout.markov_outputs(stems, out)]
     written = [f.relative_to(out) for f in written if f.name != layout.PROVENANCE]
     write_provenance(out, {"config_sha256": args.config_sha256}, runs["run_id"], written)

@@ -40,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
         "--run-records", nargs="*", default=[], type=Path,
         help="the runs' run.json files: how they were trained, for the findings",
     )  # fmt: skip
+    p.add_argument(
+        "--run-figure", nargs="*", default=[], type=Path,
+        help="one run's figure (run.png) to show with the findings; none: no run figure",
+    )  # fmt: skip
     _args.add_spec(p, "--emergence", "emergence", required=False)
     _args.add_spec(p, "--lawfit", "lawfit", required=False)
     p.add_argument("--out-dir", required=True, help="output folder: layout.natural_dir(<study>)")
@@ -71,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     figures.plot_emergence_vs_BC(emergence, stem / "emergence_vs_BC")
     figures.plot_law_fit(emergence, fit, stem / "law_fit")
     figures.plot_model_size(emergence, fit, stem / "model_size")
-    findings.write_findings(out, "natural", records)  # from the tables above
+    findings.write_findings(out, "natural", records, *args.run_figure[:1])  # from the tables above
     written = [Path(f) for f in layout.natural_outputs(out) if Path(f).name != layout.PROVENANCE]
     write_provenance(out, {"config_sha256": args.config_sha256}, emergence["run_id"],
                      [f.relative_to(out) for f in written])  # fmt: skip
