@@ -21,10 +21,12 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from ihsweep.io import atomic_path
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 TRAIN_LOSS, VAL_LOSS, LR, SPEED = "loss/train", "loss/val", "lr", "tokens_per_second"
 PROBE_PREFIX = "probe/"
