@@ -40,7 +40,7 @@ from ihsweep import layout
 from ihsweep.analysis.lawfit import QUANTITIES
 from ihsweep.config import Run, StudyPaths
 from ihsweep.provenance import code_sha256
-from ihsweep.report import findings
+from ihsweep.report.rst import NB_HYPHEN
 from ihsweep.validate import prepare
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -407,7 +407,7 @@ def trained_as(study_dir: Path, runs: list[Run]) -> str:
 
 def front_page_text(page) -> str:
     text = page.evaluate("document.querySelector('.prose').innerText")
-    return " ".join(text.replace(findings.NB_HYPHEN, "-").split())
+    return " ".join(text.replace(NB_HYPHEN, "-").split())
 
 
 @needs_browser

@@ -19,6 +19,7 @@ from ihsweep.analysis.lawfit import QUANTITIES, fit_law, fit_table
 from ihsweep.analysis.markov import SETTING_KEYS, setting_cells
 from ihsweep.report import findings
 from ihsweep.report.findings import law_findings
+from ihsweep.report.rst import NB_HYPHEN
 from ihsweep.report.tables import law_fit, markov_emergence, natural_emergence
 from ihsweep.validate import prepare
 from jinja2 import Environment
@@ -190,7 +191,7 @@ def rendered(rst: str) -> str:
     targets = sorted(set(re.findall(r"`([^`<>]+)`_", rst)))
     links = "\n".join(f".. _{t}: javascript:app.showResultInfo('{t}')" for t in targets)
     html = publish_parts(rst + "\n\n" + links, writer="html", settings_overrides={"halt_level": 2})
-    text = re.sub(r"<[^>]+>", " ", html["body"]).replace(findings.NB_HYPHEN, "-")
+    text = re.sub(r"<[^>]+>", " ", html["body"]).replace(NB_HYPHEN, "-")
     return re.sub(r"\s+([.,:;)])", r"\1", re.sub(r"\s+", " ", htmlmod.unescape(text))).strip()
 
 
@@ -542,7 +543,7 @@ def front_page(workdir: Path, results: list[str], monkeypatch) -> str:
     )
     html = publish_parts(text, writer="html", settings_overrides={"halt_level": 2})["body"]
     text = re.sub(r"<style>.*?</style>|<[^>]+>", " ", html, flags=re.S)
-    text = re.sub(r"\s+", " ", htmlmod.unescape(text).replace(findings.NB_HYPHEN, "-"))
+    text = re.sub(r"\s+", " ", htmlmod.unescape(text).replace(NB_HYPHEN, "-"))
     text = re.sub(r"\(\s+", "(", text)  # "( x )": where a tag became a space
     return re.sub(r"\s+([.,:;)])", r"\1", text).strip()
 

@@ -43,6 +43,8 @@ from ihsweep.io import write_json
 STUDY_JSON = "study.json"
 
 PACKAGE_DIR = Path(__file__).resolve().parent
+# What the aggregates are made from: the Python source and the report's templates.
+CODE_SUFFIXES = (".py", ".j2", ".css")
 
 
 def config_sha256(config: dict) -> str:
@@ -56,14 +58,15 @@ def run_sha256(train_spec: dict, emergence: dict) -> str:
 
 
 def code_sha256(package_dir: Path = PACKAGE_DIR) -> str:
-    """Hash of the package's Python source (paths and contents).
+    """Hash of the package's source (paths and contents): Python and the report's templates.
 
     The aggregate rules take it as a parameter, so updating ihsweep (a fit, a verdict's
     wording) redoes every aggregate, which takes seconds, while runs, probes and run figures
     stay cached: Snakemake does not see code that its rules' commands only import.
     """
     digest = hashlib.sha256()
-    for path in sorted(package_dir.rglob("*.py")):
+    sources = [p for p in package_dir.rglob("*") if p.suffix in CODE_SUFFIXES and p.is_file()]
+    for path in sorted(sources):
         digest.update(path.relative_to(package_dir).as_posix().encode() + b"\0")
         digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()

@@ -32,10 +32,7 @@ report defines for its results, by file name).
 
 from __future__ import annotations
 
-import base64
 import math
-import re
-import textwrap
 from pathlib import Path
 from types import MappingProxyType
 
@@ -45,7 +42,7 @@ from ihsweep import layout
 from ihsweep.analysis import frontier
 from ihsweep.analysis.markov import SETTING_KEYS
 from ihsweep.io import RERUN, atomic_path, read_json_file
-from ihsweep.report import trained
+from ihsweep.report import rst, trained
 from ihsweep.report.tables import left_out
 
 # The paper's results (Aoyama, Wilcox and Schneider, arXiv 2511.16893;
@@ -69,7 +66,6 @@ PAPER = MappingProxyType(
 )
 
 LAW = "U_pt = T / (B^a C^b)"
-NB_HYPHEN = "\u2011"  # how "-" reads in -D, +D-C, -C: the lines of a narrow page break elsewhere
 MARGINAL_NAMES = {"zipfian": "Zipfian", "gaussian": "Gaussian", "uniform": "uniform"}
 EXPERIMENT_1 = "**Experiment 1: when IHs emerge (natural data).**"
 EXPERIMENT_2 = "**Experiment 2: which (f, r) make IHs form (semi-natural Markov data).**"
@@ -88,17 +84,17 @@ def law_findings(
     if fit is None:
         return f"{EXPERIMENT_1} Not in this study: no run trains on natural data."
     heading = EXPERIMENT_1 + _trained(records)
-    details = f"Details: {_link('lawfit.html')}, {_link('law_fit.png')}."
+    details = f"Details: {rst.link('lawfit.html')}, {rst.link('law_fit.png')}."
     paper = f"a = {PAPER['a']:g}, b = {PAPER['b']:g}, r = {PAPER['r']:g}"
     if not fit.get("ok"):
         return (
-            f"{heading} The law {_literal(LAW)} was not fitted: "
-            + _text(f"{fit.get('reason') or 'no fit'}. {_emerged_counts(fit)}")
+            f"{heading} The law {rst.literal(LAW)} was not fitted: "
+            + rst.text(f"{fit.get('reason') or 'no fit'}. {_emerged_counts(fit)}")
             + f" (The paper: {paper}.) {details}"
         )
     fitted = ["by least squares on log10 U_pt, with its 95% bootstrap intervals below.",
               left_out(fit), _seeds(fit, emergence)]  # fmt: skip
-    intro = f"{heading} The law {_literal(LAW)}, " + _text(" ".join(x for x in fitted if x))
+    intro = f"{heading} The law {rst.literal(LAW)}, " + rst.text(" ".join(x for x in fitted if x))
     rows = [
         ["", "this study [95% bootstrap CI]", "the paper"],
         ["a (exponent of B)", *_estimate_and_paper(fit, "a")],
@@ -106,7 +102,7 @@ def law_findings(
         ["r (predicted vs observed)", _num(fit.get("r")), f"{PAPER['r']:g}"],
         ["c (of log10 N_params)", *_size_and_paper(fit)],
     ]
-    return "\n\n".join(x for x in [intro, _list_table(rows), _seed_noise(fit), details] if x)
+    return "\n\n".join(x for x in [intro, rst.list_table(rows), _seed_noise(fit), details] if x)
 
 
 def _seed_noise(fit: dict) -> str:
@@ -125,7 +121,7 @@ def _seed_noise(fit: dict) -> str:
             f" The law misses the cells' means by {verdict} the seeds scatter (lack-of-fit"
             f" F = {_num(fit['lack_of_fit_F'])}, p = {_num(fit['lack_of_fit_p'])})."
         )
-    return _text(text)
+    return rst.text(text)
 
 
 def _emerged_counts(fit: dict) -> str:
@@ -194,9 +190,9 @@ def frontier_findings(
     bigram_cells = cells[cells["grid"].astype(str).isin(bigram)]
     for key, table in bigram_cells.groupby(SETTING_KEYS, sort=True):
         name = layout.setting_name(*key)
-        item = f"*{_text(name)}*: " + _text(_setting(table, fronts.get(name)))
+        item = f"*{rst.text(name)}*: " + rst.text(_setting(table, fronts.get(name)))
         if f"frontier-{name}" in stems:
-            item += f" Details: {_link(f'frontier-{name}.png')}."
+            item += f" Details: {rst.link(f'frontier-{name}.png')}."
         items.append(item)
     paper = (
         f"The paper found that {PAPER['frontier']}, and that emergence is more sensitive to"
@@ -207,7 +203,7 @@ def frontier_findings(
         if (cells["n_runs"] > 1).any()
         else ""
     )
-    return "\n\n".join([f"{heading} {_text(paper + pooled)}", _bullets(items)])
+    return "\n\n".join([f"{heading} {rst.text(paper + pooled)}", rst.bullets(items)])
 
 
 def _setting(table: pd.DataFrame, front: dict | None) -> str:
@@ -286,16 +282,16 @@ def property_findings(runs: pd.DataFrame, records: list[dict] | None = None) -> 
     f, r = table["frequency"].astype(float), table["reliability"].astype(float)
     items = []
     for (fv, rv), cell in table.groupby([f, r], sort=True):
-        items.append(f"At (f, r) = {_pair(fv, rv)}: " + _text(_property_cell(cell)))
+        items.append(f"At (f, r) = {_pair(fv, rv)}: " + rst.text(_property_cell(cell)))
     items.reverse()  # the highest (f, r) first
     claims = [_minus_d(table), _sufficient(table), _near_frontier(table)]
-    intro = f"{heading} " + _text(
+    intro = f"{heading} " + rst.text(
         "Chains that formed IHs at each (f, r), every model, B and C of a cell pooled (+D: local"
         " dependency, -D: i.i.d. tokens; +C/-C: categorial or not; then the marginal):"
     )
     return "\n\n".join(
-        [intro, _bullets(items), "Against the paper:", _bullets(claims),
-         f"Details: {_link('properties.png')}."]
+        [intro, rst.bullets(items), "Against the paper:", rst.bullets(claims),
+         f"Details: {rst.link('properties.png')}."]
     )  # fmt: skip
 
 
@@ -328,31 +324,31 @@ def _property_cell(cell: pd.DataFrame) -> str:
 
 
 def _minus_d(table: pd.DataFrame) -> str:
-    claim = f"*{_text(PAPER['dependency'])}*: "
+    claim = f"*{rst.text(PAPER['dependency'])}*: "
     minus = table[~table["dependency"].astype(bool) & (table["n_runs"] > 0)]
     if not len(minus):
-        return claim + _text("not tested here (no -D chain with a run that did not diverge).")
+        return claim + rst.text("not tested here (no -D chain with a run that did not diverge).")
     formed = minus[minus["emerged"].astype(bool)]
     if len(formed):
-        return claim + _text(f"does not hold here: {_labelled_cells(formed)} formed IHs.")
-    return claim + _text(
+        return claim + rst.text(f"does not hold here: {_labelled_cells(formed)} formed IHs.")
+    return claim + rst.text(
         f"holds here: no -D chain formed IHs ({len(minus)} tested, at {_cells(_fr_cells(minus))})."
     )
 
 
 def _sufficient(table: pd.DataFrame) -> str:
-    claim = f"*{_text(PAPER['sufficient'])}*: "
+    claim = f"*{rst.text(PAPER['sufficient'])}*: "
     f, r = table["frequency"].astype(float), table["reliability"].astype(float)
     top = table[(f == f.max()) & (r == r.max())]
     plus = top[top["dependency"].astype(bool) & (top["n_runs"] > 0)]
     where = f"at the highest cell, (f, r) = {_pair(f.max(), r.max())}"
     if not len(plus):
-        return claim + _text(f"not tested here (no +D chain {where}).")
+        return claim + rst.text(f"not tested here (no +D chain {where}).")
     formed = plus[plus["emerged"].astype(bool)]
     if len(formed) == len(plus):
-        return claim + _text(f"holds here: all {len(plus)} +D chains formed IHs {where}.")
+        return claim + rst.text(f"holds here: all {len(plus)} +D chains formed IHs {where}.")
     missing = plus[~plus["emerged"].astype(bool)]
-    return claim + _text(
+    return claim + rst.text(
         f"does not hold here: {len(formed)} of {len(plus)} +D chains formed IHs {where}"
         f" (not {_labels(missing)})."
     )
@@ -363,7 +359,7 @@ def _near_frontier(table: pd.DataFrame) -> str:
     edge, the minimal (f, r) cells where any synthetic chain formed IHs (the paper's cell lies
     far below what this scale reaches), saying whether a cell below them was tested. A study
     that tested the chains at one cell only, or in which none formed IHs, has no such edge."""
-    claim = f"*{_text(PAPER['near_frontier'])}*: "
+    claim = f"*{rst.text(PAPER['near_frontier'])}*: "
     fv, rv = PAPER["near_frontier_cell"]
     tested = table[table["n_runs"] > 0]
     f, r = tested["frequency"].astype(float), tested["reliability"].astype(float)
@@ -378,7 +374,7 @@ def _near_frontier(table: pd.DataFrame) -> str:
             if len(cells) < 2
             else "no chain formed IHs at any cell"
         )
-        return claim + _text(
+        return claim + rst.text(
             f"not tested here (no synthetic chain at {_pair(fv, rv)}; {why}, so the study has"
             " no edge of its own to judge it at)."
         )
@@ -416,18 +412,18 @@ def _judged(at: pd.DataFrame, where: str) -> str:
     zipf_c, others = at[is_zipf_c], at[[not z for z in is_zipf_c]]
     others_formed = others[others["emerged"].astype(bool)]
     if len(others_formed):
-        return _text(f"does not hold here: {where}, {_labels(others_formed)} formed IHs too.")
+        return rst.text(f"does not hold here: {where}, {_labels(others_formed)} formed IHs too.")
     n_others = len(dict.fromkeys(chain_label(row) for _, row in others.iterrows()))
     if not len(zipf_c):
-        return _text(
+        return rst.text(
             f"cannot be judged here: no Zipfian +D+C chain {where} (none of the {n_others}"
             " chains tested formed IHs)."
         )
     if not zipf_c["emerged"].astype(bool).all():
-        return _text(f"does not hold here: {where}, no chain formed IHs, not even Zipfian +D+C.")
+        return rst.text(f"does not hold here: {where}, no chain formed IHs, not even Zipfian +D+C.")
     if not len(others):
-        return _text(f"cannot be judged here: only Zipfian +D+C was tested {where}.")
-    return _text(
+        return rst.text(f"cannot be judged here: only Zipfian +D+C was tested {where}.")
+    return rst.text(
         f"holds here: {where}, of the {n_others + 1} chains tested only Zipfian +D+C formed IHs"
         f" (not {_labels(others)})."
     )
@@ -466,7 +462,7 @@ def natural_findings(
     emergence = pd.read_csv(folder / "emergence.csv")
     sections = [
         law_findings(fit, emergence, records),
-        inline_figure(folder / "figures" / "law_fit.png", "The law fit", "law_fit.png"),
+        rst.inline_figure(folder / "figures" / "law_fit.png", "The law fit", "law_fit.png"),
         run_figure_section(run_figure),
         environments(records, "natural-data"),
     ]
@@ -488,7 +484,7 @@ def markov_findings(
     first_frontier = frontiers[0] if frontiers else folder / "figures" / "frontier.png"
     sections = [
         frontier_findings(runs, cells, fronts, records),
-        inline_figure(first_frontier, "The first setting's frontier", first_frontier.name),
+        rst.inline_figure(first_frontier, "The first setting's frontier", first_frontier.name),
         property_findings(runs, records),
         run_figure_section(run_figure),
         environments(records, "Markov-data"),
@@ -512,22 +508,7 @@ def write_findings(
     return out
 
 
-# --- figures on the front page -------------------------------------------------------------
-
-
-def inline_figure(png: Path, caption: str, target: str = "") -> str:
-    """A figure shown on the page itself, as a data URI: Snakemake's report page is one file
-    (or a zip) whose front page links no other file, and its own ``embeddedfigure`` directive
-    links the path instead of embedding it. Wrapped, since docutils limits a line's length
-    (it joins the lines of a URI without spaces). "" when the figure was not drawn."""
-    if not png.exists():
-        return ""
-    uri = "data:image/png;base64," + base64.b64encode(png.read_bytes()).decode()
-    first, *rest = textwrap.wrap(uri, 96)
-    lines = [f".. figure:: {first}", *(f"   {line}" for line in rest)]
-    link = f" ({_link(target)})" if target else ""  # a result of the report, by file name
-    lines += ["   :width: 100%", f"   :alt: {caption}", "", f"   {caption}{link}."]
-    return "\n".join(lines)
+# --- one run's figure on the front page ------------------------------------------------------
 
 
 def run_figure_section(png: Path | None) -> str:
@@ -537,11 +518,11 @@ def run_figure_section(png: Path | None) -> str:
     record = read_json_file(png.parent / layout.PROVENANCE, "provenance", ("runs",))
     (run_id,) = record["runs"]
     intro = (
-        f"**One run**, {_literal(run_id)}: the middle of the runs sorted by data, model, B, C"
+        f"**One run**, {rst.literal(run_id)}: the middle of the runs sorted by data, model, B, C"
         " and seed; every run's figure is under *Runs*."
     )
     # No link: every run's figure is named run.png, and a link by name reaches only one.
-    return intro + "\n\n" + inline_figure(png, f"The figure of run {run_id}")
+    return intro + "\n\n" + rst.inline_figure(png, f"The figure of run {run_id}")
 
 
 # --- how the runs were trained -------------------------------------------------------------
@@ -552,13 +533,13 @@ def environments(records: list[dict] | None, which: str) -> str:
     if not records:
         return ""
     intro = f"**Where the {which} runs trained** (from each run's run.json):"
-    return "\n\n".join([intro, _list_table(trained.environment_rows(records))])
+    return "\n\n".join([intro, rst.list_table(trained.environment_rows(records))])
 
 
 def _trained(records: list[dict] | None) -> str:
     """ " Trained 8,000,000 tokens per run at lr 0.002 (16 runs)." ("" without records)."""
     sentence = trained.training_sentence(records or [])
-    return f" Trained {_text(sentence)}." if sentence else ""
+    return f" Trained {rst.text(sentence)}." if sentence else ""
 
 
 def _of_kind(records: list[dict] | None, runs: pd.DataFrame, kind: str) -> list[dict]:
@@ -567,36 +548,7 @@ def _of_kind(records: list[dict] | None, runs: pd.DataFrame, kind: str) -> list[
     return [r for r in records or [] if str(r.get("run_id", r["spec"].get("run_id"))) in ids]
 
 
-# --- reStructuredText ----------------------------------------------------------------------
-
-
-def _text(text: str) -> str:
-    """Plain text as reStructuredText: inline-markup characters escaped (``|b_r|`` stays),
-    and the minus of -D and -C a non-breaking hyphen, so that no line ends in "-"."""
-    text = re.sub(r"-(?=[DC](?!\w))", NB_HYPHEN, text)
-    return re.sub(r"([\\`*_|])", r"\\\1", text)
-
-
-def _literal(text: str) -> str:
-    return f"``{text}``"
-
-
-def _link(target: str) -> str:
-    """A reference to a report result by file name (Snakemake's report defines the target)."""
-    return f"`{target}`_"
-
-
-def _bullets(items: list[str]) -> str:
-    return "\n".join(f"- {item}" for item in items)
-
-
-def _list_table(rows: list[list[str]]) -> str:
-    """A ``list-table`` with the first row as its header; cells are plain text."""
-    lines = [".. list-table::", "   :header-rows: 1", ""]
-    for row in rows:
-        for i, cell in enumerate(row):
-            lines.append(f"   {'* -' if i == 0 else '  -'} {_text(cell)}".rstrip())
-    return "\n".join(lines)
+# --- numbers ---------------------------------------------------------------------------------
 
 
 def _num(value) -> str:
