@@ -217,8 +217,11 @@ def run_trainer(
             self.turns.last()
             return super().line(step, *args)
 
-    # train() makes its Progress by the name in its own module: swap that one for the run.
-    original, loop.Progress = loop.Progress, Timed
+    # train() makes its Progress through a name in its own module: swap that one for the run
+    # (progress_of, which picks a terminal's bar or the log's lines; Progress before it).
+    name = "progress_of" if hasattr(loop, "progress_of") else "Progress"
+    original = getattr(loop, name)
+    setattr(loop, name, Timed if name == "Progress" else lambda s, step, *_: Timed(s, step))
     # compile only when asked, so that the trainer of a commit before the setting runs too
     settings: dict = {"compile": True} if compile else {}
     if spec.get("early_stop") is not None:  # the train step's rule: it probes each checkpoint,
@@ -230,7 +233,7 @@ def run_trainer(
             execution = (device, threads, 10**9, "auto", 16000)  # one progress line
             loop.train(spec, Path(data_dir), Path(run_dir), *execution, **settings)
     finally:
-        loop.Progress = original
+        setattr(loop, name, original)
     from ihsweep.training.checkpoints import list_checkpoints
     from safetensors.torch import load_file
 
