@@ -47,8 +47,9 @@ VARYING = {
     # A resume state's bytes are not reproducible (torch.save), its content is: the .pt files
     # are compared tensor by tensor (``state_digest``), so their sidecars' sha256 may differ.
     "resume.json": ("sha256",),
-    # When the study was last started: the fix reruns Snakemake, which records a new start.
-    "study.json": ("started",),
+    # Where and when the study was last started: each case runs in a copy of the finished
+    # study, and its fix reruns Snakemake there, which records that folder and a new start.
+    "study.json": ("directory", "started"),
     "resume.prev.json": ("sha256",),
 }
 SKIPPED = ("results/logs/", "progress.json")
