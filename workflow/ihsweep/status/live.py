@@ -19,7 +19,7 @@ from pathlib import Path
 from ihsweep.config import Run, Study, StudyPaths
 from ihsweep.cost.report import shown_cost
 from ihsweep.cost.study import StudyCost
-from ihsweep.training.progress import read_progress
+from ihsweep.training.progress import format_eta, read_progress
 
 MEASURED, COST_MODEL = "measured", "cost model"
 ENDED = ("done", "trained", "diverged")  # states of a run whose training is over
@@ -158,10 +158,8 @@ def study_remaining(study: Study, table, root: Path, estimate: CostEstimate, now
 
 
 def format_duration(seconds: float) -> str:
-    """``1d02h``, ``3h05m``, ``4m07s``: two units, the larger first."""
+    """``1d02h``, else as the log's ETA (``3h05m``, ``4m07s``): two units, the larger first."""
     s = int(max(0, seconds))
     if s >= 86400:
         return f"{s // 86400}d{s % 86400 // 3600:02d}h"
-    if s >= 3600:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 60}m{s % 60:02d}s"
+    return format_eta(s)

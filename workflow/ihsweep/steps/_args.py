@@ -7,6 +7,7 @@ import argparse
 import functools
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from ihsweep.config import complete
 from ihsweep.io import DamagedFile, json_arg
@@ -43,6 +44,18 @@ def add_spec(p: argparse.ArgumentParser, flag: str, section: str, required: bool
         default=None,
         help=f"the study's `{section}` as JSON (or @file); absent keys take the schema's defaults",
     )
+
+
+def add_findings_inputs(p: argparse.ArgumentParser) -> None:
+    """An aggregate's inputs for its front-page findings besides its tables."""
+    p.add_argument(
+        "--run-records", nargs="*", default=[], type=Path,
+        help="the runs' run.json files: how they were trained, for the findings",
+    )  # fmt: skip
+    p.add_argument(
+        "--run-figure", nargs="*", default=[], type=Path,
+        help="one run's figure (run.png) to show with the findings; none: no run figure",
+    )  # fmt: skip
 
 
 def add_execution(p: argparse.ArgumentParser) -> None:

@@ -53,14 +53,7 @@ def chunk_metas(paths: list[Path]) -> dict[tuple[str, int], dict]:
 def main(argv: list[str] | None = None) -> int:
     p = _args.parser("aggregate_markov", "Emergence per Markov run, the (f, r) frontier, figures.")
     p.add_argument("--model-tables", nargs="+", required=True, type=Path, help="probe tables")
-    p.add_argument(
-        "--run-records", nargs="*", default=[], type=Path,
-        help="the runs' run.json files: how they were trained, for the findings",
-    )  # fmt: skip
-    p.add_argument(
-        "--run-figure", nargs="*", default=[], type=Path,
-        help="one run's figure (run.png) to show with the findings; none: no run figure",
-    )  # fmt: skip
+    _args.add_findings_inputs(p)
     p.add_argument("--chunk-metas", nargs="+", required=True, type=Path, help="chunks.json files")
     p.add_argument("--datasets", required=True, type=json_arg, help="{cell name: entry} (JSON)")
     _args.add_spec(p, "--emergence", "emergence", required=False)

@@ -36,14 +36,7 @@ from ihsweep.steps import _args
 def main(argv: list[str] | None = None) -> int:
     p = _args.parser("aggregate_natural", "Emergence per run, the law fit, and figures.")
     p.add_argument("--model-tables", nargs="+", required=True, type=Path, help="probe tables")
-    p.add_argument(
-        "--run-records", nargs="*", default=[], type=Path,
-        help="the runs' run.json files: how they were trained, for the findings",
-    )  # fmt: skip
-    p.add_argument(
-        "--run-figure", nargs="*", default=[], type=Path,
-        help="one run's figure (run.png) to show with the findings; none: no run figure",
-    )  # fmt: skip
+    _args.add_findings_inputs(p)
     _args.add_spec(p, "--emergence", "emergence", required=False)
     _args.add_spec(p, "--lawfit", "lawfit", required=False)
     p.add_argument("--out-dir", required=True, help="output folder: layout.natural_dir(<study>)")
