@@ -470,7 +470,7 @@ def row_key(row: dict) -> tuple[str, tuple]:
 
 
 def measured_rows(record: dict) -> list[dict]:
-    return [r for r in record["cells"] if r.get("status") == "measured"]
+    return [r for r in record["cells"] if r["status"] == "measured"]
 
 
 def vendor_peak(device_name: str) -> float | None:
@@ -548,10 +548,13 @@ def phase_baseline(plan: Plan) -> None:
 
 def phase_variants(plan: Plan) -> None:
     """Each variant, checked against eager before its first row, at each cell, cheapest first."""
+    verdicts = {}  # variant: None (passed its check) or why not, once per run
     for variant, cell in variant_order(plan):
         if plan.row(variant, cell)["status"] == "measured":
             continue
-        why = check(plan, variant)
+        if verdicts.get(variant, OUT_OF_TIME) == OUT_OF_TIME:
+            verdicts[variant] = check(plan, variant)
+        why = verdicts[variant]
         if why is None:
             measure(plan, variant, cell, "variant")
         elif why != OUT_OF_TIME:
