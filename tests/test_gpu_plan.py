@@ -84,6 +84,11 @@ def test_smoke_plan_writes_every_phase(tmp_path):
     assert 0.15 < eager["early_stop_tokens"] / eager["tokens"] < 0.35
     assert eager["early_stop_device_hours"] < 0.5 * eager["device_hours"]
     assert "paper.yaml on eager" in proc.stdout
+    # The baseline first, then packing, then the variants.
+    lines = proc.stdout.splitlines()
+    first = [next(i for i, line in enumerate(lines) if line.startswith(start))
+             for start in ("(4, 168)     eager", "packing 1", "check padded ")]  # fmt: skip
+    assert first == sorted(first)
     # --project redoes phase 6 from the file alone, to the same numbers.
     proc = subprocess.run(
         [sys.executable, "bench/gpu_plan.py", "--project", str(out)],
@@ -225,6 +230,16 @@ def test_a_childs_malformed_output_is_its_rows_error_and_the_plan_goes_on(tmp_pa
     assert {r["status"] for r in record["cells"] if r["variant"] != "eager"} == {
         gpu_plan.OUT_OF_TIME
     }
+
+
+def test_the_variants_go_cheapest_first_those_that_compile_last():
+    plan = gpu_plan.Plan("gpu", None, minutes=1)
+    eager_mode = ["padded", "fused", "padded-fused"]
+    compiling = ["compiled", "padded-compiled"]
+    cells = [(8, 64), (32, 256), (256, 1024)]
+    assert gpu_plan.variant_order(plan) == [(v, c) for c in cells for v in eager_mode] + [
+        (v, c) for c in cells for v in compiling
+    ]
 
 
 class StrayChecks(gpu_plan.Plan):
