@@ -311,6 +311,7 @@ def _revision_tables(
     ``loading``: the device and dtype)."""
     import time
 
+    import torch
     from safetensors import SafetensorError
 
     from ihsweep.io import read_cached, write_parquet
@@ -335,7 +336,8 @@ def _revision_tables(
         raise SuiteError(f"suites.{name}: cannot load revision {revision!r}: {err}") from err
     if prints is None:
         started = time.perf_counter()
-        prints = fingerprints.tensor_rows(model, revision, revision_step(revision))
+        threads = torch.get_num_threads()  # the job's threads (execution.threads)
+        prints = fingerprints.tensor_rows(model, revision, revision_step(revision), threads)
         write_parquet(prints, print_cache, key=print_key)
         seconds = time.perf_counter() - started
         print(f"fingerprinted {name} {revision} in {seconds:.3g} s", flush=True)
