@@ -20,8 +20,10 @@ from ihsweep.analysis.duplicates import (  # noqa: E402
     DUPLICATE_COLUMNS,
     fitted_revisions,
     mark_undetermined,
+    read_duplicates,
 )
 from ihsweep.config import StudyPaths  # noqa: E402
+from ihsweep.io import DamagedFile  # noqa: E402
 from ihsweep.probing.fingerprints import FINGERPRINT_COLUMNS, compact  # noqa: E402
 from ihsweep.probing.hf import probe_hf  # noqa: E402
 from ihsweep.status import main as status  # noqa: E402
@@ -208,6 +210,13 @@ def test_duplicates_are_left_out_of_the_fit_unless_kept_and_spanning_groups_unde
     )
     after = pd.DataFrame([row | {"tokens_pt": 40.0}])  # the group lies before the point
     pd.testing.assert_frame_equal(mark_undetermined(after, groups), after)
+
+
+def test_a_damaged_duplicates_file_is_named(tmp_path):
+    damaged = tmp_path / "duplicates.csv"
+    damaged.write_bytes(b"\x00\x01 not, a table\n")
+    with pytest.raises(DamagedFile, match=r"^damaged duplicate groups .*duplicates\.csv: missing"):
+        read_duplicates([damaged])
 
 
 def test_compact_names_whole_modules():
