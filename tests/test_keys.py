@@ -156,6 +156,15 @@ def test_the_default_study_and_cpu_full_share_every_common_folder():
     assert len(own) == len(full.study.runs) - len(default.study.runs)
 
 
+def test_a_suites_key_is_as_before_and_keep_duplicates_moves_it_not():
+    # keep_duplicates decides the emergence fit, not the suite's files: no suite is re-probed.
+    entry = {"model": "EleutherAI/pythia-70m-deduped", "revisions": ["step0", "step1000"],
+             "batch_size": 1024, "context_size": 2048}  # fmt: skip
+    for keep in (False, True):
+        study = prepare({"suites": {"p": entry | {"keep_duplicates": keep}}})
+        assert StudyPaths(study).suite_dir("p") == "results/suites/p-7cb94034"  # as at cfb1bda
+
+
 def test_keyed_names_round_trip():
     key = layout.settings_key({"a": 1})
     assert len(key) == layout.KEY_LENGTH and layout.settings_key({"a": 1}) == key

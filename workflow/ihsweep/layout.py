@@ -16,6 +16,7 @@ Snakemake pattern over the rules' wildcards (``{data}``, ``{model}``, ``{batch}`
         figures/<fkey>/run.png, run.pdf, provenance.json                  run_figure
         hf/                                                               export (GPT-2 folder)
     results/suites/<suite>-<skey>/probes/<pkey>/heads.parquet, ...         probe_suite
+        fingerprints.parquet, duplicates.csv, duplicates.html, cache/       (fingerprints)
     results/studies/<study>/natural/, markov/                             a study's aggregates
     results/logs/<rule>/<job>.log
 
@@ -46,6 +47,11 @@ LOSS_CSV = "loss.csv"
 TENSORBOARD = "tensorboard"
 PROBE_TABLES = ("heads", "model")
 RUN_FIGURE = "run"  # figures/run.png and run.pdf
+# Beside a suite's probe tables: its revisions' fingerprints and duplicate groups (a report page)
+FINGERPRINTS = "fingerprints.parquet"
+DUPLICATES = "duplicates.csv"
+DUPLICATES_PAGE = "duplicates.html"
+SUITE_FILES = (FINGERPRINTS, DUPLICATES, DUPLICATES_PAGE)
 
 TOKENIZE_FILES = ("tokens.bin", "tokenizer.json", "tokens.json")
 CHAIN_FILES = ("chain.npy", "stationary.npy", "chain.json")
@@ -123,6 +129,11 @@ def probe_dir(folder: str | Path, probe_key: str = "{pkey}") -> str:
 def probe_table(name: str, folder: str | Path, probe_key: str = "{pkey}") -> str:
     """``heads`` or ``model``: the probe tables (Parquet) of a run or suite folder."""
     return f"{probe_dir(folder, probe_key)}/{name}.parquet"
+
+
+def suite_file(name: str, folder: str | Path, probe_key: str = "{pkey}") -> str:
+    """One of ``SUITE_FILES`` of a suite folder, beside its probe tables."""
+    return f"{probe_dir(folder, probe_key)}/{name}"
 
 
 def train_events_dir(folder: str | Path) -> str:

@@ -17,6 +17,7 @@ localrules:
 rule aggregate_natural:
     input:
         tables=natural_model_tables(),
+        duplicates=suite_duplicates(),
         records=run_records("natural"),
         run_figure=front_page_run_figure("natural"),
     output:
@@ -54,6 +55,7 @@ rule aggregate_natural:
     params:
         emergence=section_json("emergence"),
         lawfit=section_json("lawfit"),
+        keep_duplicates=kept_duplicates(),
         out_dir=provenance_dir,
         config_sha256=CONFIG_SHA256,
         # Not in the command (the step hashes the code it runs): a trigger for Snakemake.
@@ -61,6 +63,7 @@ rule aggregate_natural:
     shell:
         "python -m ihsweep.steps.aggregate_natural --model-tables {input.tables}"
         " --run-records {input.records} --run-figure {input.run_figure}"
+        " --suite-duplicates {input.duplicates} --keep-duplicates {params.keep_duplicates:q}"
         " --emergence {params.emergence:q} --lawfit {params.lawfit:q}"
         " --out-dir {params.out_dir} --config-sha256 {params.config_sha256} > {log} 2>&1"
 

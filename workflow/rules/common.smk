@@ -212,13 +212,29 @@ def suite_spec_json(wildcards):
     check_key(
         "suite", suite, wildcards.skey, PATHS.suite_key(suite), PATHS.suite_dir(suite)
     )
-    return json.dumps(STUDY.suites[suite], sort_keys=True)
+    spec = dict(STUDY.suites[suite])
+    spec.pop(
+        "keep_duplicates"
+    )  # the fit's setting (suite_duplicates): no probe job rerun
+    return json.dumps(spec, sort_keys=True)
 
 
 def natural_model_tables():
     """The natural-data runs' probe tables and the checkpoint suites': one emergence analysis."""
     runs = [PATHS.probe_table("model", run) for run in STUDY.runs_of_family("natural")]
     return runs + [PATHS.suite_table("model", suite) for suite in STUDY.suites]
+
+
+def suite_duplicates():
+    """The checkpoint suites' duplicate groups (ihsweep.probing.fingerprints), for the fit."""
+    return [PATHS.suite_file(layout.DUPLICATES, suite) for suite in STUDY.suites]
+
+
+def kept_duplicates():
+    """The suites whose duplicate revisions stay in the emergence fit (keep_duplicates)."""
+    return json.dumps(
+        sorted(s for s, spec in STUDY.suites.items() if spec["keep_duplicates"])
+    )
 
 
 def markov_model_tables():

@@ -64,10 +64,20 @@ rule run_figure:
 
 # A checkpoint suite of a Hugging Face causal LM (e.g. Pythia): every revision, one at a time,
 # into the same two tables as a run's; revisions probed before come from probes/<key>/cache/.
+# The same loads fingerprint every revision: its duplicate groups are the suite's report page.
 rule probe_suite:
     output:
         heads=layout.probe_table("heads", layout.suite_dir()),
         model=layout.probe_table("model", layout.suite_dir()),
+        fingerprints=layout.suite_file(layout.FINGERPRINTS, layout.suite_dir()),
+        duplicates=layout.suite_file(layout.DUPLICATES, layout.suite_dir()),
+        page=report(
+            layout.suite_file(layout.DUPLICATES_PAGE, layout.suite_dir()),
+            caption="../report/suite_duplicates.rst",
+            category="Checkpoint suites",
+            subcategory="{suite}",
+            labels={"suite": "{suite}", "table": "duplicate revisions"},
+        ),
     log:
         layout.log("probe_suite", layout.keyed("{suite}", "{skey}"), "{pkey}"),
     conda:

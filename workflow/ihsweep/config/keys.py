@@ -12,7 +12,7 @@ dataset     the dataset's entry (defaults filled in; without the Markov ``grid``
 chain       the chain's spec and, for a bigram chain, its source dataset's folder
 run         the run's training spec (model, recipe, budget, checkpoints, early-stop
             rule, the law's prediction) and its dataset's folder
-suite       the suite's entry
+suite       the suite's entry (without ``keep_duplicates``, which only the fit reads)
 probes      the ``probe`` section (inside a run or suite folder)
 figures     the ``probe`` and ``emergence`` sections (inside a run folder)
 ==========  ============================================================================
@@ -59,7 +59,9 @@ class StudyPaths:
         return self._run_keys[run]
 
     def suite_key(self, suite: str) -> str:
-        return layout.settings_key(self.study.suites[suite])
+        spec = dict(self.study.suites[suite])
+        spec.pop("keep_duplicates", None)  # decides the emergence fit, not the suite's files
+        return layout.settings_key(spec)
 
     @cached_property
     def probe_key(self) -> str:
@@ -112,6 +114,9 @@ class StudyPaths:
 
     def suite_table(self, name: str, suite: str) -> str:
         return layout.probe_table(name, self.suite_dir(suite), self.probe_key)
+
+    def suite_file(self, name: str, suite: str) -> str:
+        return layout.suite_file(name, self.suite_dir(suite), self.probe_key)
 
 
 def probe_key(probe: dict) -> str:

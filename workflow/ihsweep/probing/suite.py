@@ -59,6 +59,8 @@ _LAST_NUMBER = re.compile(r"(\d+)\D*$")
 
 # Written by ihsweep.export beside an exported checkpoint's weights: the run's metadata.
 EXPORT_SPEC = "ihsweep_spec.json"
+# Each revision's fingerprints are cached in <cache_dir>/fingerprints/<revision>.parquet.
+FINGERPRINT_CACHE = "fingerprints"
 
 
 class SuiteError(ValueError):
@@ -269,13 +271,11 @@ def probe_suite(
     device,
     cache_dir: str | os.PathLike,
     base_dir: str | os.PathLike = ".",
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The heads and model tables of every revision of the suite (see the module docstring)."""
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The heads and model tables of every revision of the suite (see the module docstring),
+    and the fingerprints of their trained parameters (``ihsweep.probing.fingerprints``)."""
     import torch
-    from safetensors import SafetensorError
 
-    from ihsweep.io import read_cached, write_parquet
-    from ihsweep.probing.hf import load_revision, probe_hf
     from ihsweep.probing.run import probe_tables
 
     revisions = revision_names(suite)
@@ -284,45 +284,93 @@ def probe_suite(
     )
     dtype = torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
     budget = max(revision_step(r) for r in revisions) * suite["batch_size"] * suite["context_size"]
-    frames = []
+    frames, prints = [], []
     for revision in revisions:
-        cache = Path(cache_dir) / f"{revision}.parquet"
-        key = cache_key(suite, revision, vocab_size, probe)
-        cached = read_cached(cache, key)  # a damaged cache is named and recomputed
-        if cached is not None:
-            frames.append(cached)
-            continue
-        source, git_revision = revision_source(suite, revision, base_dir)
-        try:
-            model = load_revision(
-                source, git_revision or "main", offline(suite), device=device, dtype=dtype
-            )
-        except (OSError, ValueError, SafetensorError) as err:  # missing, or a damaged file
-            raise SuiteError(f"suites.{name}: cannot load revision {revision!r}: {err}") from err
-        heads, summary = probe_hf(model, vocab_size, suite["context_size"], probe)
-        step = revision_step(revision)
-        heads = heads.assign(
-            run_id=run_id(name, suite),
-            data=data_name(name, suite),
-            model=name,
-            batch_size=suite["batch_size"],
-            context_size=suite["context_size"],
-            seed=suite["seed"],
-            step=step,
-            tokens=step * suite["batch_size"] * suite["context_size"],
-            n_params=parameter_count(model, source),
-            train_loss=math.nan,
-            val_loss=math.nan,
-            **summary,
+        heads, fingerprint = _revision_tables(
+            name, suite, revision, (probe, vocab_size), (device, dtype), Path(cache_dir), base_dir
         )
-        del model  # one revision in memory at a time
-        write_parquet(heads, cache, key=key)
-        print(f"probed {name} {revision}: ps_max {summary['ps_max']:.3f}", flush=True)
         frames.append(heads)
+        prints.append(fingerprint)
     heads, model = probe_tables(frames)
     model = model.assign(budget=budget, outcome="completed", outcome_detail="",
                          predicted_tokens=math.nan)  # fmt: skip
-    return heads, model
+    return heads, model, pd.concat(prints, ignore_index=True)
+
+
+def _revision_tables(
+    name: str,
+    suite: dict,
+    revision: str,
+    probing: tuple[dict, int],
+    loading: tuple,
+    cache_dir: Path,
+    base_dir: str | os.PathLike,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One revision's heads table and fingerprints: from their caches, else from one load of
+    the revision that serves both (``probing``: the probe settings and vocabulary size;
+    ``loading``: the device and dtype)."""
+    import time
+
+    import torch
+    from safetensors import SafetensorError
+
+    from ihsweep.io import read_cached, write_parquet
+    from ihsweep.probing import fingerprints
+    from ihsweep.probing.hf import load_revision
+
+    (probe, vocab_size), (device, dtype) = probing, loading
+    cache = cache_dir / f"{revision}.parquet"
+    key = cache_key(suite, revision, vocab_size, probe)
+    print_cache = cache_dir / FINGERPRINT_CACHE / f"{revision}.parquet"
+    print_key = fingerprints.cache_key(suite["model"], revision, dtype)
+    heads = read_cached(cache, key)  # a damaged cache is named and recomputed
+    prints = read_cached(print_cache, print_key)
+    if heads is not None and prints is not None:
+        return heads, prints
+    source, git_revision = revision_source(suite, revision, base_dir)
+    try:
+        model = load_revision(
+            source, git_revision or "main", offline(suite), device=device, dtype=dtype
+        )
+    except (OSError, ValueError, SafetensorError) as err:  # missing, or a damaged file
+        raise SuiteError(f"suites.{name}: cannot load revision {revision!r}: {err}") from err
+    if prints is None:
+        started = time.perf_counter()
+        threads = torch.get_num_threads()  # the job's threads (execution.threads)
+        prints = fingerprints.tensor_rows(model, revision, revision_step(revision), threads)
+        write_parquet(prints, print_cache, key=print_key)
+        seconds = time.perf_counter() - started
+        print(f"fingerprinted {name} {revision} in {seconds:.3g} s", flush=True)
+    if heads is None:
+        heads = _probe_loaded(name, suite, revision, model, probe, vocab_size, source)
+        write_parquet(heads, cache, key=key)
+    return heads, prints
+
+
+def _probe_loaded(
+    name: str, suite: dict, revision: str, model, probe: dict, vocab_size: int, source: str
+) -> pd.DataFrame:
+    """The heads table of one loaded revision, with the run's columns."""
+    from ihsweep.probing.hf import probe_hf
+
+    heads, summary = probe_hf(model, vocab_size, suite["context_size"], probe)
+    step = revision_step(revision)
+    heads = heads.assign(
+        run_id=run_id(name, suite),
+        data=data_name(name, suite),
+        model=name,
+        batch_size=suite["batch_size"],
+        context_size=suite["context_size"],
+        seed=suite["seed"],
+        step=step,
+        tokens=step * suite["batch_size"] * suite["context_size"],
+        n_params=parameter_count(model, source),
+        train_loss=math.nan,
+        val_loss=math.nan,
+        **summary,
+    )
+    print(f"probed {name} {revision}: ps_max {summary['ps_max']:.3f}", flush=True)
+    return heads
 
 
 def parameter_count(model, source: str) -> int:

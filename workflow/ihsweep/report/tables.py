@@ -97,6 +97,8 @@ def _row_class(row) -> str:
 
 
 def _emerged(row) -> str:
+    if str(row["reason"]).startswith("undetermined:"):  # a suite's duplicate revisions
+        return "undetermined"
     return "diverged" if _diverged(row) else _yes_no(row["emerged"])
 
 
@@ -292,3 +294,28 @@ def markov_emergence(runs: pd.DataFrame, metric: str) -> str:
 def write_page(path: str | Path, page: str) -> None:
     with atomic_path(path) as tmp:
         Path(tmp).write_text(page)
+
+
+def suite_duplicates(suite: str, duplicates: pd.DataFrame) -> str:
+    """A checkpoint suite's page: its duplicate revision groups
+    (``ihsweep.probing.fingerprints.duplicate_groups``), or that there are none."""
+    columns = {
+        "revisions": (lambda r: r["revisions"].replace(" ", ", "), "text"),
+        "steps they claim": (lambda r: r["steps"].replace(" ", ", "), "num"),
+        "kind": (lambda r: r["kind"], "text"),
+        "shared tensors": (lambda r: r["tensors"].replace(" ", ", "), "note"),
+    }
+    note = (
+        "Revisions of the suite that hold identical weights, or share a trained parameter "
+        "tensor (a hash of each, as loaded for probing), so that some of them do not hold the "
+        "weights of the step they claim. They are left out of the emergence fit unless "
+        f"suites.{suite}.keep_duplicates is true; a step-0 revision sharing weights with a "
+        "trained one, or a group spanning the transition, leaves the emergence point "
+        "undetermined (docs/checkpoints.md). Data: duplicates.csv, fingerprints.parquet."
+    )
+    summary = (
+        f"{len(duplicates)} group(s) of duplicate revisions."
+        if len(duplicates)
+        else "No two revisions share a trained parameter tensor."
+    )
+    return render(f"Duplicate revisions of {suite}", note, columns, duplicates, summary=summary)

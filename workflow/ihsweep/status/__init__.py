@@ -74,6 +74,10 @@ Snakemake runs them on one machine, unless ``--jobs N`` says N at a time (as ``s
 slot that frees first. Training only: the probe and aggregate jobs are not counted, and an
 early stop ends a run before its budget.
 
+**Checkpoint suites' duplicate revisions** (``ihsweep.status.duplicates``): after the ETA, one
+line per group of revisions that hold identical weights or share a trained tensor, as the probe
+step found them (docs/checkpoints.md); none before a suite is probed or when it is clean.
+
 ``--watch [SECONDS]`` prints the same frame every SECONDS (default 10) until Ctrl-C: redrawn
 in place in a terminal, one after another into a file.
 """

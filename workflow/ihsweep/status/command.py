@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ihsweep.config import add_configfile, study_of_files
 from ihsweep.provenance import StudyClaim
+from ihsweep.status.duplicates import duplicate_lines
 from ihsweep.status.live import CostEstimate, study_eta_line, study_remaining
 from ihsweep.status.studies import (
     DEFAULT_CONFIG,
@@ -99,6 +100,7 @@ def frame(chosen: Chosen, args, estimate: CostEstimate):
     if not (args.study or args.configfile):
         lines += listing(recorded_studies(Path("."), args.active_minutes))
     lines += [format_table(table), study_eta_line(left, unknown, args.jobs, estimate)]
+    lines += duplicate_lines(chosen.study, Path("."))  # checkpoint suites' duplicate revisions
     return "\n".join(lines), table
 
 

@@ -1,7 +1,8 @@
 """Rule ``aggregate_natural``: the emergence analysis of natural data
 (docs/method.md#the-emergence-rule and #the-law-and-its-fit).
 
-Reads the per-run model-level probe tables, finds each run's emergence point
+Reads the per-run model-level probe tables (without the checkpoint suites' duplicate revisions,
+``ihsweep.analysis.duplicates``), finds each run's emergence point
 (``ihsweep.analysis.emergence``), fits the law ``U_pt = T / (B^a C^b)`` with the model-size test
 (``ihsweep.analysis.lawfit``) and draws the figures (``ihsweep.figures.natural``)::
 
@@ -17,11 +18,13 @@ as HTML pages for the report, the figures ``layout.NATURAL_FIGURES`` as PNG and 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
 
 from ihsweep import layout
+from ihsweep.analysis.duplicates import fitted_revisions, mark_undetermined, read_duplicates
 from ihsweep.analysis.emergence import emergence_table
 from ihsweep.analysis.lawfit import fit_law, fit_table
 from ihsweep.config import complete
@@ -37,12 +40,21 @@ def main(argv: list[str] | None = None) -> int:
     p = _args.parser("aggregate_natural", "Emergence per run, the law fit, and figures.")
     p.add_argument("--model-tables", nargs="+", required=True, type=Path, help="probe tables")
     _args.add_findings_inputs(p)
+    p.add_argument(
+        "--suite-duplicates", nargs="*", default=[], type=Path,
+        help="the checkpoint suites' duplicate groups (duplicates.csv of probe_suite)",
+    )  # fmt: skip
+    p.add_argument(
+        "--keep-duplicates", type=json.loads, default=[],
+        help="JSON list of the suites whose duplicate revisions stay in the fit",
+    )  # fmt: skip
     _args.add_spec(p, "--emergence", "emergence", required=False)
     _args.add_spec(p, "--lawfit", "lawfit", required=False)
     p.add_argument("--out-dir", required=True, help="output folder: layout.natural_dir(<study>)")
     p.add_argument("--config-sha256", help="hash of the study config, for provenance.json")
     args = p.parse_args(argv)
     records = trained.read_records(args.run_records)  # checked before anything is written
+    duplicates = read_duplicates(args.suite_duplicates)
     spec, fit_spec = complete("emergence", args.emergence), complete("lawfit", args.lawfit)
     out = args.out_dir
 
@@ -50,7 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         return Path(layout.aggregate_file(name, out))
 
     model_table = pd.concat(map(read_probe_table, args.model_tables), ignore_index=True)
-    emergence = emergence_table(model_table, spec)
+    # A suite's duplicate revisions are left out before anything is dated (docs/checkpoints.md).
+    model_table = fitted_revisions(model_table, duplicates, args.keep_duplicates)
+    emergence = mark_undetermined(emergence_table(model_table, spec), duplicates)
     fit = fit_law(emergence, fit_spec["bootstrap"], fit_spec["seed"], fit_spec["model"])
 
     with atomic_path(path("emergence.csv")) as tmp:

@@ -6,7 +6,10 @@ suite of a Hugging Face causal LM (``ihsweep.probing.suite``).
         --model-table .../probes/<key>/model.parquet
 
 Each revision's result is cached beside the tables (``probes/<key>/cache/<revision>.parquet``),
-so a revision probed before is not loaded again.
+so a revision probed before is not loaded again. Beside the tables it also writes the
+revisions' fingerprints and duplicate groups (``layout.SUITE_FILES``:
+``ihsweep.probing.fingerprints``), one line per group to the log, and the groups as the suite's
+report page.
 """
 
 from __future__ import annotations
@@ -16,9 +19,12 @@ from pathlib import Path
 
 import torch
 
+from ihsweep import layout
 from ihsweep.config import complete
-from ihsweep.io import json_arg, write_parquet
+from ihsweep.io import atomic_path, json_arg, write_parquet
+from ihsweep.probing.fingerprints import duplicate_groups
 from ihsweep.probing.suite import SuiteError, probe_suite
+from ihsweep.report.tables import suite_duplicates, write_page
 from ihsweep.steps import _args
 from ihsweep.training.execution import pick_device
 
@@ -38,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(execution["threads"])
     suite = complete("suite", args.suite)
     try:
-        heads, model = probe_suite(
+        heads, model, fingerprints = probe_suite(
             args.name,
             suite,
             complete("probe", args.probe),
@@ -51,6 +57,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     write_parquet(heads, args.heads)
     write_parquet(model, args.model_table)
+    prints, groups, page = (args.heads.parent / name for name in layout.SUITE_FILES)
+    write_parquet(fingerprints, prints)
+    duplicates = duplicate_groups(args.name, fingerprints)
+    with atomic_path(groups) as tmp:
+        duplicates.to_csv(tmp, index=False)
+    write_page(page, suite_duplicates(args.name, duplicates))
+    for line in duplicates["line"]:
+        print(f"duplicate revisions: {line}", flush=True)
     return 0
 
 
