@@ -16,6 +16,7 @@ Snakemake pattern over the rules' wildcards (``{data}``, ``{model}``, ``{batch}`
         figures/<fkey>/run.png, run.pdf, provenance.json                  run_figure
         hf/                                                               export (GPT-2 folder)
     results/suites/<suite>-<skey>/probes/<pkey>/heads.parquet, ...         probe_suite
+        cache/<revision>.parquet                                         (each revision)
     results/studies/<study>/natural/, markov/                             a study's aggregates
     results/logs/<rule>/<job>.log
 
@@ -123,6 +124,11 @@ def probe_dir(folder: str | Path, probe_key: str = "{pkey}") -> str:
 def probe_table(name: str, folder: str | Path, probe_key: str = "{pkey}") -> str:
     """``heads`` or ``model``: the probe tables (Parquet) of a run or suite folder."""
     return f"{probe_dir(folder, probe_key)}/{name}.parquet"
+
+
+def probe_cache(folder: str | Path, name: str, probe_key: str = "{pkey}") -> str:
+    """The cached probe result ``name`` (a suite's revision) of a run or suite folder."""
+    return f"{probe_dir(folder, probe_key)}/cache/{name}.parquet"
 
 
 def train_events_dir(folder: str | Path) -> str:

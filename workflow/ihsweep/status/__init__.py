@@ -74,6 +74,12 @@ Snakemake runs them on one machine, unless ``--jobs N`` says N at a time (as ``s
 slot that frees first. Training only: the probe and aggregate jobs are not counted, and an
 early stop ends a run before its budget.
 
+**Checkpoint suites** (``ihsweep.status.suites``): a study with suites lists them after its
+runs (a study of suites alone, such as pythia.yaml, lists only them): per suite its model, B
+and C, how many of its revisions are probed (their results cached by the probe job) and its
+state, ``done``, ``probed k of n`` or ``missing``; then each suite's revisions probed and not
+yet. ``python -m ihsweep.where '<suite>/<revision pattern>'`` prints those revisions' files.
+
 ``--watch [SECONDS]`` prints the same frame every SECONDS (default 10) until Ctrl-C: redrawn
 in place in a terminal, one after another into a file.
 """
