@@ -108,3 +108,12 @@ def test_plain_pypi_resolves_the_install_with_the_locks_versions():
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "resolves the install to" in done.stdout and "torch==2.13.0" in done.stdout
+
+
+def test_an_unreachable_index_skips_with_one_line(capsys):
+    """Port 9 (discard) of this machine refuses the connection: no network needed."""
+    assert check_install.main(["--index-url", "http://127.0.0.1:9/simple"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and out[0].startswith(
+        "check-install: skipped, http://127.0.0.1:9/simple is unreachable"
+    )
