@@ -3,29 +3,38 @@
 # `make cost` prints what a study will cost before it runs.
 VENV   ?= .venv
 PYTHON ?= python3
-# torch==2.13.0 is the CPU wheel on the CPU machines this project is developed on; on a GPU
-# cluster install the CUDA build you want into the venv first (docs/clusters.md, "Installing for a GPU").
+# torch comes from where pip finds it: a wheel folder pip is set up with (the CPU wheel on this
+# project's machines), else PyPI (on Linux its CUDA build, which brings the CUDA libraries), or
+# the index TORCH_INDEX names: make install TORCH_INDEX=https://download.pytorch.org/whl/cpu
+# (the CPU build) or .../whl/cu128 (docs/clusters.md, "Installing for a GPU").
 TORCH  ?= torch==2.13.0
+TORCH_INDEX ?=
 CORES  ?= all
 TARGETS ?=
 BIN     = $(VENV)/bin
 
-.PHONY: install demo cpu-full cost test lint lock
+.PHONY: install check-install demo cpu-full cost test lint lock
 
-# Every package but torch comes from the lock, at its version and checked against its hashes;
-# torch comes first, without its dependencies (the lock holds them, hashed): its CPU and CUDA
-# builds are different files, so the lock cannot name one hash (docs/development.md, "The lock").
+# Every package but torch comes from the lock, at its version and checked against its hashes,
+# torch's own dependencies among them; torch comes next, and only what the lock lacks comes
+# with it (a CUDA build's libraries): its CPU and CUDA builds are different files, so the lock
+# cannot name one hash (docs/development.md, "The lock").
 LOCK = requirements/cpu.lock.txt
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q --no-deps "$(TORCH)"
-	$(BIN)/python -m pip install -q --require-hashes -r $(LOCK)
+	$(BIN)/python -m pip install -q --no-deps --require-hashes -r $(LOCK)
+	$(BIN)/python -m pip install -q "$(TORCH)" $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX))
 	$(BIN)/python -m pip install -q --no-deps -e .
 	$(BIN)/python -m pip check
 	touch $@
+
+# The install as plain PyPI resolves it (no wheel folder, torch's CUDA build), from metadata
+# alone, checked against the lock; one line and success when PyPI is out of reach (CI runs it).
+check-install: install
+	$(BIN)/python requirements/check_install.py --torch "$(TORCH)"
 
 # Rewrite the lock after a change of pyproject.toml's dependencies, keeping the versions it holds
 # where they still fit; `make lock UPGRADE=--upgrade` moves every package to its newest fitting

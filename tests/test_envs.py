@@ -260,8 +260,9 @@ def test_the_locked_versions_fit_pyproject():
 
 
 def test_the_lock_holds_the_cpu_wheels_dependencies_and_no_cuda_package():
-    """torch is installed without its dependencies; the lock brings them, hashed. It must not
-    bring CUDA's: the CPU wheel needs none, and a GPU user's CUDA build brings its own."""
+    """The lock, installed before torch, brings torch's dependencies, hashed, so that the CPU
+    wheel adds none. It must not bring CUDA's: the CPU wheel needs none, and a CUDA build
+    brings its own."""
     entries = locked()
     torch_needs = {
         canonicalize_name(Requirement(line).name)

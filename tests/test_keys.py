@@ -204,7 +204,7 @@ def test_where_prints_folders_by_readable_names(tmp_path):
     ]
     missing = where(tmp_path, "kjv/tiny/B9-C16-s0")
     assert missing.returncode == 1 and len(missing.stderr.splitlines()) == 1
-    assert missing.stderr.startswith("kjv/tiny/B9-C16-s0: no run, dataset, chain or suite")
+    assert missing.stderr.startswith("kjv/tiny/B9-C16-s0: no run, dataset, chain, suite or suite")
 
 
 def test_a_study_name_is_held_by_its_files(tmp_path):

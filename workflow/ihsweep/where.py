@@ -4,13 +4,17 @@
     python -m ihsweep.where 'kjv-copy/w64/B16-*' --file run.json   # a pattern: every match
     python -m ihsweep.where kjv-copy/w64/B16-C32-s0 --probes # its probe table (model.parquet)
     python -m ihsweep.where kjv-copy semi                    # a dataset's, a chain's folder
+    python -m ihsweep.where 'pythia-70m/step1*' --configfile workflow/studies/pythia.yaml
+                                                             # suite revisions' probe results
     python -m ihsweep.where kjv-copy/w64/B16-C32-s0 --configfile my.yaml
 
 Folders are keyed by the settings that made them (``ihsweep.config.keys``), so a path holds a
 hash nobody types; this prints it, one path a line, for the study of ``--configfile`` (as
 ``status`` and Snakemake read it; default config.yaml). A name is a run id
 ``<data>/<model>/B<B>-C<C>-s<seed>`` (shell patterns match several), a dataset, a Markov
-entry (its chain and, with one cell, its dataset) or a checkpoint suite. ``--file`` appends a
+entry (its chain and, with one cell, its dataset), a checkpoint suite (patterns too) or a
+suite's revision, ``<suite>/<revision>`` (patterns too: ``pythia-70m/step1*``), whose probe
+result the suite's probe job caches under the study's probe settings. ``--file`` appends a
 file name, ``--probes`` gives the model-level probe table of the study's probe settings (a run's
 or a suite's): Snakemake targets.
 Retraining one configuration::
@@ -25,6 +29,7 @@ import fnmatch
 import sys
 
 from ihsweep.config import Study, StudyPaths, add_configfile, study_of_files
+from ihsweep.probing.suite import revision_names
 
 
 def folders(study: Study, name: str, probes: bool = False) -> list[str]:
@@ -32,23 +37,40 @@ def folders(study: Study, name: str, probes: bool = False) -> list[str]:
     ``probes`` the model probe tables of its runs and suites; [] if none."""
     paths = StudyPaths(study)
     runs = [run for run in study.runs if fnmatch.fnmatchcase(run.id, name)]
-    suites = [name] if name in study.suites else []
+    suites = fnmatch.filter(study.suites, name)
+    revisions = [paths.revision_cache(*pair) for pair in suite_revisions(study, name)]
     if probes:
         tables = [paths.probe_table("model", run) for run in runs]
-        return tables + [paths.suite_table("model", suite) for suite in suites]
+        return tables + [paths.suite_table("model", suite) for suite in suites] + revisions
     found = [paths.run_dir(run) for run in runs]
     if name in study.config.get("datasets", {}):
         found.append(paths.dataset_dir(name))
     if name in study.grids:  # a Markov entry with one cell is a dataset and a chain
         found.append(paths.chain_dir(name))
-    return found + [paths.suite_dir(suite) for suite in suites]
+    return found + [paths.suite_dir(suite) for suite in suites] + revisions
+
+
+def suite_revisions(study: Study, name: str) -> list[tuple[str, str]]:
+    """(suite, revision) of every revision ``name`` matches as ``<suite>/<revision>``."""
+    if name.count("/") != 1:
+        return []
+    suite_pattern, revision_pattern = name.split("/")
+    return [
+        (suite, revision)
+        for suite in fnmatch.filter(study.suites, suite_pattern)
+        for revision in fnmatch.filter(revision_names(study.suites[suite]), revision_pattern)
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m ihsweep.where", description="Print the folder of a run or dataset."
+        prog="python -m ihsweep.where",
+        description="Print the folder of a run, dataset, chain or suite; a revision's probe file.",
     )
-    p.add_argument("names", nargs="+", help="run ids (shell patterns), datasets, chains, suites")
+    p.add_argument(
+        "names", nargs="+",
+        help="run ids, datasets, chains, suites, <suite>/<revision> (shell patterns)",
+    )  # fmt: skip
     shown = p.add_mutually_exclusive_group()
     shown.add_argument("--file", help="a file in each folder to print instead (e.g. run.json)")
     shown.add_argument("--probes", action="store_true", help="print the model probe tables")
@@ -60,8 +82,9 @@ def main(argv: list[str] | None = None) -> int:
         matched = folders(study, name, args.probes)
         if not matched:
             files = " ".join(map(str, args.configfile))
-            print(f"{name}: no run, dataset, chain or suite of the study in {files} "
-                  "(python -m ihsweep.status lists its runs)", file=sys.stderr)  # fmt: skip
+            print(f"{name}: no run, dataset, chain, suite or suite revision of the study in "
+                  f"{files} (python -m ihsweep.status --configfile {files} lists its runs and "
+                  "suites)", file=sys.stderr)  # fmt: skip
             return 1
         found += matched
     for folder in found:

@@ -21,6 +21,7 @@ from ihsweep.status.studies import (
     recorded_studies,
     running_or_default,
 )
+from ihsweep.status.suites import format_suites
 from ihsweep.status.table import format_table, status_table
 
 WATCH_SECONDS = 10.0
@@ -93,14 +94,19 @@ def listing(found: list[Recorded]) -> list[str]:
 
 def frame(chosen: Chosen, args, estimate: CostEstimate):
     """(text, table): the header naming the study, the studies recorded (when none was named),
-    the table with its totals, and the study's ETA."""
-    table = status_table(chosen.study, Path("."), args.active_minutes)
-    left, unknown = study_remaining(chosen.study, table, Path("."), estimate, time.time())
+    the runs' table with its totals and the study's ETA (when it trains), and its checkpoint
+    suites with their revisions' probe state (when it has any)."""
+    study = chosen.study
+    table = status_table(study, Path("."), args.active_minutes)
     lines = [chosen.header()]
     if not (args.study or args.configfile):
         lines += listing(recorded_studies(Path("."), args.active_minutes))
-    lines += [format_table(table), study_eta_line(left, unknown, args.jobs, estimate)]
-    lines += duplicate_lines(chosen.study, Path("."))  # checkpoint suites' duplicate revisions
+    if study.runs or not study.suites:
+        left, unknown = study_remaining(study, table, Path("."), estimate, time.time())
+        lines += [format_table(table), study_eta_line(left, unknown, args.jobs, estimate)]
+    if study.suites:
+        lines.append(format_suites(study, Path(".")))
+        lines += duplicate_lines(study, Path("."))  # checkpoint suites' duplicate revisions
     return "\n".join(lines), table
 
 
