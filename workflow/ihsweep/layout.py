@@ -16,11 +16,8 @@ Snakemake pattern over the rules' wildcards (``{data}``, ``{model}``, ``{batch}`
         figures/<fkey>/run.png, run.pdf, provenance.json                  run_figure
         hf/                                                               export (GPT-2 folder)
     results/suites/<suite>-<skey>/probes/<pkey>/heads.parquet, ...         probe_suite
-<<<<<<< HEAD
-        fingerprints.parquet, duplicates.csv, duplicates.html, cache/       (fingerprints)
-=======
+        fingerprints.parquet, duplicates.csv, duplicates.html          (fingerprints)
         cache/<revision>.parquet                                         (each revision)
->>>>>>> install
     results/studies/<study>/natural/, markov/                             a study's aggregates
     results/logs/<rule>/<job>.log
 
@@ -135,15 +132,14 @@ def probe_table(name: str, folder: str | Path, probe_key: str = "{pkey}") -> str
     return f"{probe_dir(folder, probe_key)}/{name}.parquet"
 
 
-<<<<<<< HEAD
 def suite_file(name: str, folder: str | Path, probe_key: str = "{pkey}") -> str:
     """One of ``SUITE_FILES`` of a suite folder, beside its probe tables."""
     return f"{probe_dir(folder, probe_key)}/{name}"
-=======
+
+
 def probe_cache(folder: str | Path, name: str, probe_key: str = "{pkey}") -> str:
     """The cached probe result ``name`` (a suite's revision) of a run or suite folder."""
     return f"{probe_dir(folder, probe_key)}/cache/{name}.parquet"
->>>>>>> install
 
 
 def train_events_dir(folder: str | Path) -> str:

@@ -115,14 +115,12 @@ class StudyPaths:
     def suite_table(self, name: str, suite: str) -> str:
         return layout.probe_table(name, self.suite_dir(suite), self.probe_key)
 
-<<<<<<< HEAD
     def suite_file(self, name: str, suite: str) -> str:
         return layout.suite_file(name, self.suite_dir(suite), self.probe_key)
-=======
+
     def revision_cache(self, suite: str, revision: str) -> str:
         """A suite revision's probe result, cached by the probe step (``probe_suite``)."""
         return layout.probe_cache(self.suite_dir(suite), revision, self.probe_key)
->>>>>>> install
 
 
 def probe_key(probe: dict) -> str:

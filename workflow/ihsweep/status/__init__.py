@@ -74,17 +74,15 @@ Snakemake runs them on one machine, unless ``--jobs N`` says N at a time (as ``s
 slot that frees first. Training only: the probe and aggregate jobs are not counted, and an
 early stop ends a run before its budget.
 
-<<<<<<< HEAD
-**Checkpoint suites' duplicate revisions** (``ihsweep.status.duplicates``): after the ETA, one
-line per group of revisions that hold identical weights or share a trained tensor, as the probe
-step found them (docs/checkpoints.md); none before a suite is probed or when it is clean.
-=======
 **Checkpoint suites** (``ihsweep.status.suites``): a study with suites lists them after its
 runs (a study of suites alone, such as pythia.yaml, lists only them): per suite its model, B
 and C, how many of its revisions are probed (their results cached by the probe job) and its
 state, ``done``, ``probed k of n`` or ``missing``; then each suite's revisions probed and not
 yet. ``python -m ihsweep.where '<suite>/<revision pattern>'`` prints those revisions' files.
->>>>>>> install
+
+**Checkpoint suites' duplicate revisions** (``ihsweep.status.duplicates``): after the suites, one
+line per group of revisions that hold identical weights or share a trained tensor, as the probe
+step found them (docs/checkpoints.md); none before a suite is probed or when it is clean.
 
 ``--watch [SECONDS]`` prints the same frame every SECONDS (default 10) until Ctrl-C: redrawn
 in place in a terminal, one after another into a file.
