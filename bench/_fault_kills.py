@@ -52,9 +52,9 @@ PLAIN_POINTS = {
     "state 120: current state being moved": f"os:replace#12 in {RESUME}:save_resume_state",
     "state 120: new state being renamed": f"os:replace#13 in {RESUME}:save_resume_state",
     "state 120: sidecar not yet written": f"{RESUME}:write_json#4",
-    "a loss.csv row (the 12th of 16)": "ihsweep.training.progress:LossLog._append#12",
+    "a loss.csv row (the 12th of 16)": "ihsweep.records:LossLog._append#12",
     "last update done, before run.json": f"{LOOP}:Trainer.finish#1",
-    "progress done, run.json not written": f"{LOOP}:write_json#1",
+    "progress done, run.json not written": "ihsweep.records:write_run#1",
 }
 
 
@@ -182,7 +182,7 @@ def event_differences(run_dir: Path, reference: Path) -> list[str]:
     """What differs in the TensorBoard scalars, read back (``ihsweep.training.events``): the
     folders, and per folder each tag's steps and values, tokens/s aside (a timing); and a step
     written twice under any tag, tokens/s included."""
-    from ihsweep.training.events import SPEED, read_scalars
+    from ihsweep.records import SPEED, read_scalars
 
     found = []
     folders = [sorted(p.name for p in (d / "tensorboard").glob("*")) for d in (run_dir, reference)]

@@ -33,6 +33,7 @@ import argparse
 import concurrent.futures
 import contextlib
 import hashlib
+import inspect
 import io
 import json
 import multiprocessing
@@ -230,8 +231,16 @@ def run_trainer(
         settings["stop_rule"] = stop_rule_of(spec)
     try:
         with contextlib.redirect_stdout(io.StringIO()):
-            execution = (device, threads, 10**9, "auto", 16000)  # one progress line
-            loop.train(spec, Path(data_dir), Path(run_dir), *execution, **settings)
+            one_line = {"device": device, "threads": threads, "progress_seconds": 10**9}
+            if "execution" in inspect.signature(loop.train).parameters:  # one Execution
+                from ihsweep.config import execution_of
+
+                execution = execution_of({**one_line, "compile": bool(compile)})
+                stop_rule = settings.get("stop_rule")
+                loop.train(spec, Path(data_dir), Path(run_dir), execution, stop_rule)
+            else:  # a commit before it: the settings one by one
+                execution = (device, threads, 10**9, "auto", 16000)
+                loop.train(spec, Path(data_dir), Path(run_dir), *execution, **settings)
     finally:
         setattr(loop, name, original)
     from ihsweep.training.checkpoints import list_checkpoints

@@ -25,10 +25,11 @@ from ihsweep.analysis.lawfit import fit_law
 from ihsweep.early_stop import stop_rule_of
 from ihsweep.layout import PROGRESS_JSON, RUN_JSON
 from ihsweep.probing.run import probe_run, with_run_record
+from ihsweep.records import read_run
 from ihsweep.steps import probe as probe_command
 from ihsweep.training import loop
 from ihsweep.training.checkpoints import list_checkpoints
-from ihsweep.training.loop import train
+from ihsweep.training.loop import Outcome, train
 from ihsweep.training.resume import spec_hash
 from ihsweep.training.stops import DivergenceWatch
 from ihsweep.validate import prepare
@@ -98,14 +99,15 @@ def test_a_loss_above_the_uniform_prediction_for_the_stretch_is_divergence(data_
     checkpoints it wrote before it; with the setting false it trains on (only NaN stops it)."""
     common = {"steps": 120, "every": 10, "lr": 10.0, "grad_clip": None, "log_every": 10}
     spec = make_spec(**common, divergence_tokens=2560)
-    summary = train(spec, data_dir, tmp_path / "run", **CPU)
+    train(spec, data_dir, tmp_path / "run", CPU)
+    summary = read_run(tmp_path / "run")
     assert summary["outcome"] == "diverged" and summary["steps"] == 20
     assert f"above ln(vocabulary) = {math.log(64):.4f}" in summary["outcome_detail"]
     assert "for 2560 tokens, at step 20 (lr " in summary["outcome_detail"]
     # Step 20's checkpoint would hold the diverged model: only the one before is kept.
     assert [m["step"] for m in list_checkpoints(tmp_path / "run")] == [10]
     off = make_spec(**common, divergence_tokens=False)
-    assert train(off, data_dir, tmp_path / "on", **CPU)["outcome"] == "completed"
+    assert train(off, data_dir, tmp_path / "on", CPU) is Outcome.COMPLETED
     # The stopping settings are not part of the run: its fingerprint is the same.
     assert spec_hash(spec) == spec_hash(off) == spec_hash(make_spec(**common))
 
@@ -153,7 +155,8 @@ def test_a_non_finite_validation_loss_writes_no_checkpoint_and_records_diverged(
         return math.nan if len(calls) == 2 else evaluate(*args)
 
     monkeypatch.setattr(loop, "evaluate", broken_at_second_checkpoint)
-    summary = train(make_spec(steps=60, every=20), data_dir, tmp_path / "run", **CPU)
+    train(make_spec(steps=60, every=20), data_dir, tmp_path / "run", CPU)
+    summary = read_run(tmp_path / "run")
     assert summary["outcome"] == "diverged" and summary["steps"] == 40
     assert summary["outcome_detail"].startswith("validation loss nan at step 40 (lr ")
     assert [m["step"] for m in list_checkpoints(tmp_path / "run")] == [20]
@@ -249,7 +252,8 @@ def test_stopped_runs_find_the_points_and_the_law_of_the_full_runs(tmp_path, cap
         data = periodic_chunks(tmp_path / f"data-C{context}", context)
         run_dir = tmp_path / f"B{batch}-C{context}"
         spec, probe = periodic_study(batch, context, {"margin_decades": MARGIN})
-        summary = train(spec, data, run_dir, **CPU, stop_rule=stop_rule_of(spec))
+        train(spec, data, run_dir, CPU, stop_rule=stop_rule_of(spec))
+        summary = read_run(run_dir)
         assert summary["outcome"] == "stopped_early", summary
         assert (
             summary["tokens"] < STUDY_BUDGET / 2
@@ -261,7 +265,8 @@ def test_stopped_runs_find_the_points_and_the_law_of_the_full_runs(tmp_path, cap
 
         spec_full, _ = periodic_study(batch, context, False)
         assert spec_hash(spec_full) == spec_hash(spec)
-        summary = train(spec_full, data, run_dir, **CPU, stop_rule=stop_rule_of(spec_full))
+        train(spec_full, data, run_dir, CPU, stop_rule=stop_rule_of(spec_full))
+        summary = read_run(run_dir)
         assert summary["outcome"] == "completed" and summary["tokens"] == summary["budget"]
         assert f"resuming at step {stopped[-1]['step'].max()}/" in capsys.readouterr().out
         full.append(model_table(run_dir, probe))

@@ -59,7 +59,7 @@ def data_dir(tmp_path_factory) -> Path:
 def probed(tmp_path_factory, data_dir) -> Path:
     """A trained and probed toy run: ``run/`` and its two tables, ``heads/model.parquet``."""
     root = tmp_path_factory.mktemp("probed")
-    train(make_spec(steps=60, every=30), data_dir, root / "run", **CPU)
+    train(make_spec(steps=60, every=30), data_dir, root / "run", CPU)
     assert probe.main(probe_argv(root)) == 0
     return root
 
@@ -95,7 +95,7 @@ def test_a_damaged_shard_is_named_before_training_and_regenerated(how, tmp_path,
     line = one_line(f"{err.value}\n", data / "train.bin")
     assert f"remove the folder {data} and run `snakemake {data}/chunks.json`" in line
     with pytest.raises(DamagedFile):  # the trainer refuses it before any update
-        train(make_spec(steps=4, every=2), data, tmp_path / "run", **CPU)
+        train(make_spec(steps=4, every=2), data, tmp_path / "run", CPU)
     assert not (tmp_path / "run" / "ckpt").exists()
     shutil.rmtree(data)
     make_dataset(data)  # what the chunk step does again: the same bits

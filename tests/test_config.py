@@ -823,7 +823,10 @@ def shell_commands(output: str, step: str) -> list[list[str]]:
 
 
 def flag(args: list[str], name: str) -> str:
-    return args[args.index(name) + 1]
+    """The value of ``name`` (given as ``name value`` or ``name=value``)."""
+    if name in args:
+        return args[args.index(name) + 1]
+    return next(arg.split("=", 1)[1] for arg in args if arg.startswith(name + "="))
 
 
 def test_the_rules_pass_whole_sections_to_the_aggregate_commands(tmp_path):

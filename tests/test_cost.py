@@ -227,7 +227,7 @@ def test_analog_cell_trains_under_its_memory_limit_with_auto_micro_batches(tmp_p
     command = [
         sys.executable, "-m", "ihsweep.steps.train", "--spec", json.dumps(study.train_spec(run)),
         "--data-dir", str(data), "--run-dir", str(tmp_path / "run"), "--device", "cpu",
-        "--threads", "1", "--micro-batch", "auto", "--memory-mb", str(LIMIT_MB),
+        "--threads", "1", "--micro-batch", "auto", "--train-mem-mb", str(LIMIT_MB),
     ]  # fmt: skip
     # The peak of the job alone: a wrapper process reports its one child's ru_maxrss (KiB).
     wrapper = (

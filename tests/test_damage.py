@@ -22,6 +22,7 @@ import pytest
 import torch
 from ihsweep.config import complete
 from ihsweep.probing.run import probe_checkpoint, probe_run
+from ihsweep.records import read_run
 from ihsweep.steps import probe as probe_command
 from ihsweep.training import resume
 from ihsweep.training.checkpoints import (
@@ -31,7 +32,7 @@ from ihsweep.training.checkpoints import (
     list_checkpoints,
     verify_checkpoint,
 )
-from ihsweep.training.loop import train
+from ihsweep.training.loop import Outcome, train
 from ihsweep.training.model import GPT, GPTConfig
 from ihsweep.training.resume import (
     load_resume_state,
@@ -62,7 +63,7 @@ def spec() -> dict:
 def reference(tmp_path_factory, data_dir, spec) -> Path:
     """The uninterrupted run."""
     run_dir = tmp_path_factory.mktemp("reference") / "run"
-    train(spec, data_dir, run_dir, **CPU)
+    train(spec, data_dir, run_dir, CPU)
     return run_dir
 
 
@@ -90,7 +91,7 @@ def assert_same_as_reference(run_dir: Path, reference: Path) -> None:
 
 def stopped_run(spec, data_dir, run_dir: Path, step: int = 60) -> Path:
     """A run stopped at ``step`` (a checkpoint step): states at ``step`` and the one before."""
-    assert train(spec, data_dir, run_dir, **CPU, stop_after_step=step) == {}
+    assert train(spec, data_dir, run_dir, CPU, stop_after_step=step) is Outcome.INTERRUPTED
     assert json.loads(resume_sidecar(run_dir).read_text())["step"] == step
     assert json.loads(resume_sidecar(run_dir, prev=True).read_text())["step"] == step - EVERY
     return run_dir
@@ -116,7 +117,7 @@ def test_truncated_checkpoint_and_state_are_named_and_retrained_bit_for_bit(
     # Stopped again just after the resume: the damaged files are gone (a checkpoint 30 already
     # rewritten), so is checkpoint 60 (damaged, or newer than the state it resumed from: not
     # yet rewritten), and the two states are the good one it resumed from and the new one.
-    train(spec, data_dir, run_dir, **CPU, stop_after_step=31)
+    train(spec, data_dir, run_dir, CPU, stop_after_step=31)
     out = capsys.readouterr().out
     assert f"damaged checkpoint {weights}: sha256 mismatch" in out
     assert f"damaged resume state {resume_path(run_dir)}: sha256 mismatch" in out
@@ -129,7 +130,8 @@ def test_truncated_checkpoint_and_state_are_named_and_retrained_bit_for_bit(
     assert [json.loads(p.read_text())["step"] for p in sidecars] == [31, 30]
     assert load_resume_state(run_dir)[1] == []
 
-    summary = train(spec, data_dir, run_dir, **CPU)
+    train(spec, data_dir, run_dir, CPU)
+    summary = read_run(run_dir)
     out = capsys.readouterr().out
     assert "damaged" not in out and f"resuming at step 31/{STEPS}" in out
     assert summary["checkpoints"] == [30, 60, 90]
@@ -142,12 +144,12 @@ def test_a_damaged_checkpoint_before_both_states_restarts_from_zero(
 ):
     """No state is as old as the damaged checkpoint: train from step 0 and rewrite it."""
     run_dir = tmp_path / "run"
-    train(spec, data_dir, run_dir, **CPU, stop_after_step=77)  # states at 77 and 60
+    train(spec, data_dir, run_dir, CPU, stop_after_step=77)  # states at 77 and 60
     meta_path = checkpoint_paths(run_dir, 30)[1]
     meta_path.write_text(meta_path.read_text()[:40])  # a JSON cut short
     capsys.readouterr()
 
-    train(spec, data_dir, run_dir, **CPU)
+    train(spec, data_dir, run_dir, CPU)
     out = capsys.readouterr().out
     assert f"damaged checkpoint {meta_path}: unreadable JSON" in out
     assert "resuming" not in out
@@ -326,7 +328,7 @@ def test_a_kill_during_the_state_rotation_resumes_from_a_good_state(
     run_dir = tmp_path / "run"
     kill_during_rotation(monkeypatch, point, at_step=60)
     with pytest.raises(Killed):
-        train(spec, data_dir, run_dir, **CPU)
+        train(spec, data_dir, run_dir, CPU)
     monkeypatch.undo()
     files = {p.name for p in (run_dir / "state").iterdir() if not p.name.endswith(".tmp")}
     expected = {
@@ -337,7 +339,7 @@ def test_a_kill_during_the_state_rotation_resumes_from_a_good_state(
     assert files == expected
     capsys.readouterr()
 
-    train(spec, data_dir, run_dir, **CPU)
+    train(spec, data_dir, run_dir, CPU)
     out = capsys.readouterr().out
     assert f"resuming at step 30/{STEPS}" in out
     # Only the last point leaves a file that fails its check (the new .pt, the old sidecar).
@@ -350,7 +352,7 @@ def test_only_the_previous_state_left_resumes_from_it(spec, data_dir, reference,
     resume_path(run_dir).unlink()
     resume_sidecar(run_dir).unlink()
     capsys.readouterr()
-    train(spec, data_dir, run_dir, **CPU)
+    train(spec, data_dir, run_dir, CPU)
     out = capsys.readouterr().out
     assert f"resuming at step 30/{STEPS}" in out and "damaged" not in out
     assert_same_as_reference(run_dir, reference)

@@ -17,9 +17,10 @@ import pytest
 import torch
 from conftest import REPO
 from ihsweep.layout import RUN_JSON
+from ihsweep.records import read_run
 from ihsweep.training import environment as env_module
 from ihsweep.training.environment import environment, package_versions, torch_build
-from ihsweep.training.loop import train
+from ihsweep.training.loop import Outcome, train
 from ihsweep.training.resume import spec_hash
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -63,9 +64,11 @@ def test_a_trained_runs_record_says_what_it_ran_on(tmp_path, data_dir):
 
 def test_a_resumed_run_records_the_environment_of_an_uninterrupted_one(tmp_path, data_dir):
     spec = make_spec(steps=20, every=10)
-    whole = train(spec, data_dir, tmp_path / "whole", **CPU)
-    assert train(spec, data_dir, tmp_path / "parts", **CPU, stop_after_step=13) == {}
-    resumed = train(spec, data_dir, tmp_path / "parts", **CPU)
+    train(spec, data_dir, tmp_path / "whole", CPU)
+    whole = read_run(tmp_path / "whole")
+    assert train(spec, data_dir, tmp_path / "parts", CPU, stop_after_step=13) is Outcome.INTERRUPTED
+    train(spec, data_dir, tmp_path / "parts", CPU)
+    resumed = read_run(tmp_path / "parts")
     assert resumed["environment"] == whole["environment"]
     assert json.loads((tmp_path / "parts" / RUN_JSON).read_text()) == json.loads(
         json.dumps(resumed)

@@ -43,7 +43,7 @@ def run_dir(request, tmp_path_factory, data_dir) -> Path:
     """A trained toy run of 4 heads, its one checkpoint at step 30."""
     spec = make_spec(steps=30, every=30, model={"mlp": request.param, "n_head": 4})
     run_dir = tmp_path_factory.mktemp("run") / "run"
-    train(spec, data_dir, run_dir, **CPU)
+    train(spec, data_dir, run_dir, CPU)
     return run_dir
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 from ihsweep.lease import LEASE_JSON, Holder, LeaseHeld, RunLease, read_holder
+from ihsweep.records import read_progress
 from ihsweep.steps.train import EXIT_LEASE
-from ihsweep.training.progress import read_progress
 from test_train import (
     TIMEOUT,
     assert_same_tensors,

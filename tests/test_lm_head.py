@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from ihsweep import cost
+from ihsweep.config import execution_of
 from ihsweep.training.execution import measured_paths, resolve_step_path, step_path
 from ihsweep.training.lm_head import PLAIN_HEAD, HeadPath, fused_cross_entropy, padded_size
 from ihsweep.training.model import GPT, GPTConfig
@@ -130,9 +131,8 @@ AUTO = {"compile": "auto", "vocab_padding": "auto", "fused_loss": "auto"}
 
 def test_auto_is_the_plain_path_on_the_cpu_and_without_a_measurement(tmp_path):
     cpu = torch.device("cpu")
-    assert step_path(None, cpu, 8, 64) == StepPath()
-    assert step_path({**AUTO, "device_profile": "auto"}, cpu, 8, 64) == StepPath()
-    assert step_path({**AUTO, "device_profile": "h100"}, cpu, 256, 1024) == StepPath()
+    assert step_path(execution_of(), cpu, 8, 64) == StepPath()
+    assert step_path(execution_of({"device_profile": "h100"}), cpu, 256, 1024) == StepPath()
     assert resolve_step_path(AUTO, 256, 1024, None) == StepPath()
     profile = tmp_path / "gpu_plan.json"
     profile.write_text('{"profile": {}, "paths": {"device": "cpu", "variants": {}}}')

@@ -26,6 +26,7 @@ from conftest import SCHEMA, write_chunks
 from ihsweep import layout
 from ihsweep.config import Run, StudyPaths, load_configfiles
 from ihsweep.provenance import STUDY_JSON, StudyClaim, claim_clash, config_sha256, write_claim
+from ihsweep.records import read_progress, write_progress
 from ihsweep.status import main, run_state, status_table, totals
 from ihsweep.status.command import CLEAR, watch
 from ihsweep.status.live import (
@@ -37,7 +38,6 @@ from ihsweep.status.live import (
     study_eta_line,
     study_remaining,
 )
-from ihsweep.training.progress import read_progress, write_progress
 from ihsweep.validate import prepare
 
 # The aggregates of the test studies, which keep the schema's default name (`study`).

@@ -14,14 +14,15 @@ import re
 import shutil
 import signal
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from ihsweep import layout
 from ihsweep.config import complete, probe_key
+from ihsweep.records import LR, SPEED, TRAIN_LOSS, VAL_LOSS, event_files, read_scalars
 from ihsweep.steps import probe as probe_command
-from ihsweep.training.events import LR, SPEED, TRAIN_LOSS, VAL_LOSS, event_files, read_scalars
 from ihsweep.training.loop import train
 from tbparse import SummaryReader
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -50,7 +51,7 @@ def data_dir(tmp_path_factory) -> Path:
 def reference(tmp_path_factory, data_dir) -> Path:
     """An uninterrupted run of 60 updates, a train row every 2 and a checkpoint every 20."""
     run_dir = tmp_path_factory.mktemp("reference") / "run"
-    train(make_spec(steps=60, every=20, log_every=2), data_dir, run_dir, **CPU)
+    train(make_spec(steps=60, every=20, log_every=2), data_dir, run_dir, CPU)
     return run_dir
 
 
@@ -83,7 +84,7 @@ def assert_close(got: list[tuple[int, float]], want: list[tuple[int, float]], re
 def test_training_events_are_the_loss_log_and_the_progress_lines(tmp_path, data_dir, capsys):
     run_dir = tmp_path / "run"
     spec = make_spec(steps=40, every=20, log_every=3)
-    train(spec, data_dir, run_dir, **{**CPU, "progress_seconds": 0})  # a line every update
+    train(spec, data_dir, run_dir, replace(CPU, progress_seconds=0))  # a line every update
     events = train_events(run_dir)
     assert set(events) == {TRAIN_LOSS, VAL_LOSS, LR, SPEED}
     assert [step for step, _ in events[TRAIN_LOSS]] == [*range(3, 40, 3), 40]  # and the last
@@ -100,7 +101,7 @@ def test_training_events_are_the_loss_log_and_the_progress_lines(tmp_path, data_
 
 def test_probe_events_are_the_model_table_and_a_rerun_rewrites_them(tmp_path, data_dir):
     run_dir = tmp_path / "run"
-    train(make_spec(steps=40, every=20), data_dir, run_dir, **CPU)
+    train(make_spec(steps=40, every=20), data_dir, run_dir, CPU)
     heads, table = tmp_path / "heads.parquet", tmp_path / "model.parquet"
     argv = ["--run-dir", str(run_dir), "--probe", json.dumps(PROBE), "--heads", str(heads),
             "--model-table", str(table), "--device", "cpu", "--threads", "1"]  # fmt: skip
@@ -142,17 +143,17 @@ def test_a_resumed_run_drops_what_its_killed_session_wrote_after_the_state(
     without the cut record, and ends with the uninterrupted run's curves."""
     spec = make_spec(steps=60, every=20, log_every=2)
     run_dir = tmp_path / "run"
-    train(spec, data_dir, run_dir, **CPU, stop_after_step=45)
+    train(spec, data_dir, run_dir, CPU, stop_after_step=45)
     saved = tmp_path / "state-45"
     shutil.copytree(run_dir / "state", saved)
-    train(spec, data_dir, run_dir, **CPU, stop_after_step=55)  # what the kill undoes
+    train(spec, data_dir, run_dir, CPU, stop_after_step=55)  # what the kill undoes
     shutil.rmtree(run_dir / "state")
     shutil.copytree(saved, run_dir / "state")
     newest = event_files(layout.train_events_dir(run_dir))[-1]
     newest.write_bytes(newest.read_bytes()[:-5])
     assert max(step for step, _ in train_events(run_dir)[TRAIN_LOSS]) == 54  # before the resume
 
-    train(spec, data_dir, run_dir, **CPU)
+    train(spec, data_dir, run_dir, CPU)
     assert_same_curves(run_dir, reference)
     assert (run_dir / "loss.csv").read_text() == (reference / "loss.csv").read_text()
 
@@ -162,9 +163,9 @@ def test_a_session_that_starts_afresh_drops_every_earlier_event(tmp_path, data_d
     before stays, or its steps would show twice."""
     spec = make_spec(steps=60, every=20, log_every=2)
     run_dir = tmp_path / "run"
-    train(spec, data_dir, run_dir, **CPU, stop_after_step=15)
+    train(spec, data_dir, run_dir, CPU, stop_after_step=15)
     shutil.rmtree(run_dir / "state")  # as if the kill came before any state was saved
-    train(spec, data_dir, run_dir, **CPU)
+    train(spec, data_dir, run_dir, CPU)
     assert_same_curves(run_dir, reference)
 
 
@@ -174,7 +175,7 @@ def test_sigkill_then_rerun_shows_each_step_once_with_the_uninterrupted_values(t
     updates, a train row every update, a checkpoint every 30)."""
     spec = make_spec()
     reference, run_dir, log = tmp_path / "reference", tmp_path / "run", tmp_path / "first.log"
-    train(spec, data_dir, reference, **CPU)
+    train(spec, data_dir, reference, CPU)
     with open(log, "w") as out:
         proc = subprocess.Popen(train_cmd(spec, data_dir, run_dir), env=subprocess_env(),
                                 stdout=out, stderr=subprocess.STDOUT)  # fmt: skip

@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -34,38 +35,34 @@ import torch
 import torch.nn.functional as F
 from conftest import REPO, SCHEMA, write_chunks
 from ihsweep import cost, layout
+from ihsweep import records as run_records
 from ihsweep.analysis.emergence import run_point
-from ihsweep.config import complete, probe_key
+from ihsweep.config import ConfigError, execution_of, probe_key
 from ihsweep.data.chunks import open_chunks
 from ihsweep.io import DamagedFile, read_parquet_key, write_parquet
 from ihsweep.layout import PROGRESS_JSON
 from ihsweep.probing.run import probe_run
+from ihsweep.records import read_progress, read_run
 from ihsweep.steps import train as train_command
+from ihsweep.steps.train import EXIT_INTERRUPTED
 from ihsweep.training import loop
 from ihsweep.training.checkpoints import list_checkpoints
 from ihsweep.training.execution import keep_freed_memory
-from ihsweep.training.loop import Job, train
+from ihsweep.training.loop import Job, Outcome, train
 from ihsweep.training.model import GPT, GPTConfig
-from ihsweep.training.progress import Progress, read_progress
+from ihsweep.training.progress import Progress
 from ihsweep.training.resume import load_resume_state, save_resume_state, spec_hash
 from ihsweep.training.sampler import ChunkSampler
 from ihsweep.training.schedule import lr_at
 from ihsweep.training.step import batch_loss, clip_gradients, next_token_loss, train_step
-from ihsweep.training.stops import EXIT_INTERRUPTED
 from ihsweep.training.weights import save_checkpoint
 from ihsweep.validate import prepare
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-# Execution settings of the in-process runs (train() has no defaults for them): one CPU thread,
-# the schema's progress interval. The command-line runs pass --device cpu --threads 1.
-CPU = {
-    "device": "cpu",
-    "threads": 1,
-    "progress_seconds": 15,
-    "micro_batch": "auto",
-    "memory_mb": 16000,
-}
+# Execution settings of the in-process runs: one CPU thread, the schema's defaults for the rest.
+# The command-line runs pass --device cpu --threads 1.
+CPU = execution_of({"device": "cpu", "threads": 1})
 V, C = 64, 32  # vocabulary and context size of the toy dataset
 B = 4
 STEPS, EVERY = 300, 30  # the resume runs: 300 updates, a checkpoint every 30
@@ -404,7 +401,7 @@ def test_micro_batched_run_emerges_at_the_same_point(tmp_path):
     points, series = [], []
     for micro_batch in ("auto", 4):
         run_dir = tmp_path / f"run-{micro_batch}"
-        train(study.train_spec(run), data, run_dir, **{**CPU, "micro_batch": micro_batch})
+        train(study.train_spec(run), data, run_dir, replace(CPU, micro_batch=micro_batch))
         _, model = probe_run(run_dir, study.config["probe"], torch.device("cpu"))
         model["run_id"] = run.id
         points.append(run_point(model, study.config["emergence"]))
@@ -420,7 +417,7 @@ def test_probe_run_memo_probes_each_checkpoint_once(tmp_path, data_dir, capsys):
     every checkpoint from it (the cache files deleted, none is probed or written again), and
     its tables equal those of a fresh probe without it."""
     run_dir = tmp_path / "run"
-    train(make_spec(steps=60, every=20), data_dir, run_dir, **CPU)
+    train(make_spec(steps=60, every=20), data_dir, run_dir, CPU)
     probe = {"n_sequences": 20, "max_half_length": 50, "seed": 0, "min_layer": 0}
     cpu = torch.device("cpu")
     memo = {}
@@ -444,7 +441,7 @@ def test_a_probe_cache_from_before_a_score_existed_is_recomputed(tmp_path, data_
     without a score's columns (as written before that score was added, under the same key) is
     probed again, not read, so adding a probe score needs no --forcerun."""
     run_dir = tmp_path / "run"
-    train(make_spec(steps=40, every=20), data_dir, run_dir, **CPU)
+    train(make_spec(steps=40, every=20), data_dir, run_dir, CPU)
     probe = {"n_sequences": 20, "max_half_length": 50, "seed": 0, "min_layer": 0}
     cpu = torch.device("cpu")
     first = probe_run(run_dir, probe, cpu)
@@ -509,7 +506,7 @@ def test_trainer_ends_with_the_weights_of_a_plain_loop(tmp_path, data_dir):
     first drew them), fused AdamW, schedule and torch's clip_grad_norm_ ends, through updates
     that were clipped and updates that were not (bench/trainer_vs_minimal.py times the two)."""
     spec = make_spec(steps=30, every=30)
-    train(spec, data_dir, tmp_path / "run", **CPU)
+    train(spec, data_dir, tmp_path / "run", CPU)
     t, steps = spec["training"], spec["total_steps"]
     chunks = open_chunks(data_dir, "train")
     torch.manual_seed(spec["seed"])
@@ -575,7 +572,8 @@ def test_compiled_run_agrees_with_the_eager_run_within_rounding(tmp_path, data_d
     runs = {}
     for compiled in (False, True):
         run_dir = tmp_path / str(compiled)
-        summary = train(spec, data_dir, run_dir, **CPU, step_settings={"compile": compiled})
+        train(spec, data_dir, run_dir, replace(CPU, compile=compiled))
+        summary = read_run(run_dir)
         assert summary["checkpoints"] == [10, 20]
         rows = [r for r in loss_rows(run_dir) if r[2] == "train"]
         runs[compiled] = (np.array([float(r[3]) for r in rows]), final_weights(run_dir))
@@ -596,12 +594,12 @@ def test_a_padded_fused_run_keeps_v_rows_and_follows_the_plain_run(tmp_path, dat
     its losses and weights stay within float rounding of the plain run's."""
     spec = make_spec(steps=20, every=10)
     paths = {"compile": False, "vocab_padding": 128, "fused_loss": True}  # V = 64: 128 rows
-    starts = [Job.build(spec, data_dir, "cpu", 1, "auto", 16000, step).model.state_dict()
-              for step in (None, paths)]  # fmt: skip
+    starts = [Job.build(spec, data_dir, replace(CPU, **step)).model.state_dict()
+              for step in ({}, paths)]  # fmt: skip
     assert_same_tensors(*starts)
     runs = {}
-    for name, step in (("plain", None), ("padded-fused", paths)):
-        train(spec, data_dir, tmp_path / name, **CPU, step_settings=step)
+    for name, step in (("plain", {}), ("padded-fused", paths)):
+        train(spec, data_dir, tmp_path / name, replace(CPU, **step))
         rows = [r for r in loss_rows(tmp_path / name) if r[2] == "train"]
         runs[name] = (np.array([float(r[3]) for r in rows]), final_weights(tmp_path / name))
     assert "lm head padded to a multiple of 128, fused loss" in capsys.readouterr().out
@@ -622,8 +620,11 @@ def test_compiled_run_stopped_then_resumed_by_the_command_matches_bit_for_bit(tm
     spec = make_spec(steps=20, every=10, model=TINY)
     ref_dir, run_dir = tmp_path / "ref", tmp_path / "run"
     compiled = {"compile": True}
-    train(spec, data_dir, ref_dir, **CPU, step_settings=compiled)
-    assert train(spec, data_dir, run_dir, **CPU, stop_after_step=13, step_settings=compiled) == {}
+    train(spec, data_dir, ref_dir, replace(CPU, **compiled))
+    assert (
+        train(spec, data_dir, run_dir, replace(CPU, **compiled), stop_after_step=13)
+        is Outcome.INTERRUPTED
+    )
     assert read_progress(run_dir)["state"] == "interrupted"
     assert saved_checkpoint_steps(run_dir) == [10]
     out = run_to_end(spec, data_dir, run_dir, "--compile", "true")
@@ -696,7 +697,7 @@ def test_stop_after_step_then_resume_in_process_matches(reference, data_dir, tmp
     assert stop not in spec["checkpoint_steps"]
     run_dir = tmp_path / "run"
 
-    assert train(spec, data_dir, run_dir, **CPU, stop_after_step=stop) == {}
+    assert train(spec, data_dir, run_dir, CPU, stop_after_step=stop) is Outcome.INTERRUPTED
     assert not (run_dir / "run.json").exists()
     state = load_resume_state(run_dir)[0]
     assert int(state["step"]) == stop and state["saved_on"] == "at stop_after_step"
@@ -704,7 +705,8 @@ def test_stop_after_step_then_resume_in_process_matches(reference, data_dir, tmp
     progress = read_progress(run_dir)
     assert progress["state"] == "interrupted" and progress["step"] == stop
 
-    summary = train(spec, data_dir, run_dir, **CPU)
+    train(spec, data_dir, run_dir, CPU)
+    summary = read_run(run_dir)
     out = capsys.readouterr().out
     assert f"resuming at step {stop}/{spec['total_steps']} (state saved at stop_after_step)" in out
     assert summary["checkpoints"] == spec["checkpoint_steps"]
@@ -719,11 +721,11 @@ def test_stop_after_step_then_resume_in_process_matches(reference, data_dir, tmp
 def test_resume_state_says_why_it_was_saved(tmp_path, data_dir, capsys):
     spec = make_spec(steps=40, every=20)
     run_dir = tmp_path / "run"
-    train(spec, data_dir, run_dir, **CPU, stop_after_step=20)  # a checkpoint step
+    train(spec, data_dir, run_dir, CPU, stop_after_step=20)  # a checkpoint step
     assert load_resume_state(run_dir)[0]["saved_on"] == "with its checkpoint, at stop_after_step"
-    train(spec, data_dir, run_dir, **CPU, stop_after_step=30)
+    train(spec, data_dir, run_dir, CPU, stop_after_step=30)
     assert load_resume_state(run_dir)[0]["saved_on"] == "at stop_after_step"
-    train(spec, data_dir, run_dir, **CPU)
+    train(spec, data_dir, run_dir, CPU)
     assert load_resume_state(run_dir)[0]["saved_on"] == "with its checkpoint"
     out = capsys.readouterr().out
     assert re.findall(r"resuming at step (\d+)/40 \(state saved (.*)\)", out) == [
@@ -735,11 +737,12 @@ def test_resume_state_says_why_it_was_saved(tmp_path, data_dir, capsys):
 def test_rerun_of_a_finished_run_changes_nothing(tmp_path, data_dir, capsys):
     spec = make_spec(steps=40, every=20)
     run_dir = tmp_path / "run"
-    train(spec, data_dir, run_dir, **CPU)
+    train(spec, data_dir, run_dir, CPU)
     weights = final_weights(run_dir)
     loss_csv = (run_dir / "loss.csv").read_text()
     capsys.readouterr()
-    summary = train(spec, data_dir, run_dir, **CPU)
+    train(spec, data_dir, run_dir, CPU)
+    summary = read_run(run_dir)
     assert "resuming at step 40/40" in capsys.readouterr().out
     assert summary["checkpoints"] == [20, 40]
     assert_same_tensors(final_weights(run_dir), weights)
@@ -749,9 +752,9 @@ def test_rerun_of_a_finished_run_changes_nothing(tmp_path, data_dir, capsys):
 def test_resume_between_log_lines_records_the_same_train_loss(tmp_path, data_dir):
     spec = make_spec(steps=60, every=30, log_every=10)
     ref_dir, run_dir = tmp_path / "ref", tmp_path / "run"
-    train(spec, data_dir, ref_dir, **CPU)
-    train(spec, data_dir, run_dir, **CPU, stop_after_step=25)
-    train(spec, data_dir, run_dir, **CPU)
+    train(spec, data_dir, ref_dir, CPU)
+    train(spec, data_dir, run_dir, CPU, stop_after_step=25)
+    train(spec, data_dir, run_dir, CPU)
     assert_same_tensors(final_weights(run_dir), final_weights(ref_dir))  # the weights do agree
     for got, want in zip(list_checkpoints(run_dir), list_checkpoints(ref_dir), strict=True):
         assert got["train_loss"] == want["train_loss"], got["step"]
@@ -764,14 +767,14 @@ def test_changed_spec_starts_afresh(tmp_path, data_dir, capsys):
     assert spec_hash(changed) != spec_hash(spec)
     run_dir, fresh_dir = tmp_path / "run", tmp_path / "fresh"
 
-    train(spec, data_dir, run_dir, **CPU, stop_after_step=45)
+    train(spec, data_dir, run_dir, CPU, stop_after_step=45)
     assert saved_checkpoint_steps(run_dir) == [20, 40]
     old_weights = load_file(run_dir / "ckpt" / "step_000020.safetensors")
     (run_dir / "probes").mkdir()
     (run_dir / "probes" / "heads.parquet").write_text("stale")
     capsys.readouterr()
 
-    train(changed, data_dir, run_dir, **CPU, stop_after_step=10)
+    train(changed, data_dir, run_dir, CPU, stop_after_step=10)
     out = capsys.readouterr().out
     assert "spec changed since the saved state: starting afresh" in out
     assert "resuming" not in out
@@ -780,9 +783,9 @@ def test_changed_spec_starts_afresh(tmp_path, data_dir, capsys):
     assert int(load_resume_state(run_dir)[0]["step"]) == 10
     assert last_train_step(run_dir) == 10
 
-    train(changed, data_dir, run_dir, **CPU)
+    train(changed, data_dir, run_dir, CPU)
     assert "resuming at step 10/60" in capsys.readouterr().out
-    train(changed, data_dir, fresh_dir, **CPU)
+    train(changed, data_dir, fresh_dir, CPU)
     assert_same_tensors(final_weights(run_dir), final_weights(fresh_dir))
     assert (run_dir / "loss.csv").read_text() == (fresh_dir / "loss.csv").read_text()
     first = load_file(run_dir / "ckpt" / "step_000020.safetensors")
@@ -794,7 +797,7 @@ def test_changed_spec_starts_afresh(tmp_path, data_dir, capsys):
 def test_changed_execution_settings_keep_the_state(tmp_path, data_dir, capsys):
     spec = make_spec(steps=60, every=20)
     run_dir, ref_dir = tmp_path / "run", tmp_path / "ref"
-    train(spec, data_dir, run_dir, **CPU, stop_after_step=30)
+    train(spec, data_dir, run_dir, CPU, stop_after_step=30)
     capsys.readouterr()
     # device, threads and the progress interval say how a run executes, not what it is: they
     # are arguments of train(), not part of the spec; log_every is in it but not in the hash.
@@ -802,12 +805,12 @@ def test_changed_execution_settings_keep_the_state(tmp_path, data_dir, capsys):
     moved = copy.deepcopy(spec)
     moved["training"].update(log_every=7)
     assert spec_hash(moved) == spec_hash(spec)
-    new_interval = {**CPU, "progress_seconds": 0}
-    train(moved, data_dir, run_dir, **new_interval, stop_after_step=40)
+    new_interval = replace(CPU, progress_seconds=0)
+    train(moved, data_dir, run_dir, new_interval, stop_after_step=40)
     out = capsys.readouterr().out
     assert "resuming at step 30/60" in out and "starting afresh" not in out
-    train(spec, data_dir, run_dir, **CPU)
-    train(spec, data_dir, ref_dir, **CPU)
+    train(spec, data_dir, run_dir, CPU)
+    train(spec, data_dir, ref_dir, CPU)
     assert_same_tensors(final_weights(run_dir), final_weights(ref_dir))
 
 
@@ -845,7 +848,7 @@ def test_training_log_has_progress_lines_and_ends_with_a_summary(tmp_path, data_
     logs = {}
     for seconds in (0, 1e9):
         spec = make_spec(steps=30, every=10)
-        train(spec, data_dir, tmp_path / str(seconds), **{**CPU, "progress_seconds": seconds})
+        train(spec, data_dir, tmp_path / str(seconds), replace(CPU, progress_seconds=seconds))
         out = capsys.readouterr().out.splitlines()
         steps = [int(m["step"]) for m in map(line.fullmatch, out) if m]
         assert steps == (list(range(1, 31)) if seconds == 0 else [30])
@@ -862,7 +865,8 @@ def test_training_log_has_progress_lines_and_ends_with_a_summary(tmp_path, data_
 def test_grad_clip_null_turns_clipping_off(tmp_path, data_dir):
     spec = make_spec(steps=4, every=4, grad_clip=None)
     assert spec["training"]["grad_clip"] is None
-    summary = train(spec, data_dir, tmp_path / "run", **CPU)
+    train(spec, data_dir, tmp_path / "run", CPU)
+    summary = read_run(tmp_path / "run")
     assert summary["checkpoints"] == [4]
 
 
@@ -877,7 +881,8 @@ def test_finished_run_records_done_with_the_whole_budget(tmp_path, data_dir):
     spec = make_spec(steps=40, every=20)
     run_dir = tmp_path / "run"
     before = time.time()
-    summary = train(spec, data_dir, run_dir, **CPU)
+    train(spec, data_dir, run_dir, CPU)
+    summary = read_run(run_dir)
     progress = json.loads((run_dir / PROGRESS_JSON).read_text())
     assert set(progress) == PROGRESS_KEYS | {"outcome"}  # no signal, no error
     assert progress["outcome"] == "completed"
@@ -890,16 +895,16 @@ def test_finished_run_records_done_with_the_whole_budget(tmp_path, data_dir):
 
 def test_progress_says_running_at_every_record_while_training(tmp_path, data_dir, monkeypatch):
     records = []
-    write = loop.write_progress
+    write = run_records.write_progress
 
     def spy(run_dir, state, step, *args, **extra):
         write(run_dir, state, step, *args, **extra)
         records.append((state, step, read_progress(run_dir)["tokens"]))
 
-    monkeypatch.setattr(loop, "write_progress", spy)
+    monkeypatch.setattr(run_records, "write_progress", spy)
     spec = make_spec(steps=12, every=6)
-    every_update = {**CPU, "progress_seconds": 0}  # a record after every update
-    train(spec, data_dir, tmp_path / "run", **every_update)
+    every_update = replace(CPU, progress_seconds=0)  # a record after every update
+    train(spec, data_dir, tmp_path / "run", every_update)
     running = [("running", step, step * B * C) for step in range(13)]  # from step 0 on
     assert records == [*running, ("done", 12, 12 * B * C)]
 
@@ -907,13 +912,13 @@ def test_progress_says_running_at_every_record_while_training(tmp_path, data_dir
 def test_stopped_run_records_interrupted_then_done_on_resume(tmp_path, data_dir):
     spec = make_spec(steps=40, every=20)
     run_dir = tmp_path / "run"
-    assert train(spec, data_dir, run_dir, **CPU, stop_after_step=25) == {}
+    assert train(spec, data_dir, run_dir, CPU, stop_after_step=25) is Outcome.INTERRUPTED
     progress = read_progress(run_dir)
     assert set(progress) == PROGRESS_KEYS | {"signal"}
     assert progress["state"] == "interrupted" and progress["signal"] is None  # not a signal
     assert progress["step"] == 25 and progress["tokens"] == 25 * B * C
     assert progress["budget"] == 40 * B * C and progress["total_steps"] == 40
-    train(spec, data_dir, run_dir, **CPU)
+    train(spec, data_dir, run_dir, CPU)
     progress = read_progress(run_dir)
     assert progress["state"] == "done" and set(progress) == PROGRESS_KEYS | {"outcome"}
 
@@ -931,7 +936,7 @@ def test_broken_data_raises_and_records_failed_with_the_cause(tmp_path, damage):
     spec = make_spec(steps=40, every=20)
     run_dir = tmp_path / "run"
     with pytest.raises(error, match=cause):
-        train(spec, data, run_dir, **CPU)
+        train(spec, data, run_dir, CPU)
     progress = read_progress(run_dir)
     assert set(progress) == PROGRESS_KEYS | {"error"}
     assert progress["state"] == "failed"
@@ -948,7 +953,7 @@ def test_error_mid_run_records_failed_at_the_last_recorded_step(tmp_path, data_d
     spec = make_spec(steps=40, every=20)
     run_dir = tmp_path / "run"
     with pytest.raises(OSError, match="No space left"):
-        train(spec, data_dir, run_dir, **{**CPU, "progress_seconds": 0})
+        train(spec, data_dir, run_dir, replace(CPU, progress_seconds=0))
     progress = read_progress(run_dir)
     assert progress["state"] == "failed"
     assert progress["error"] == "OSError: [Errno 28] No space left on device"
@@ -966,42 +971,44 @@ def cli_args(spec: dict, data_dir: Path, run_dir: Path) -> list[str]:
 
 def test_command_takes_missing_execution_flags_from_the_schema(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(train_command, "train", lambda *args: calls.append(args))
+    monkeypatch.setattr(
+        train_command, "train", lambda *args, **kwargs: calls.append((args, kwargs))
+    )
     spec = make_spec(steps=4, every=4)
     data, run = tmp_path / "data", tmp_path / "run"
     assert train_command.main(cli_args(spec, data, run)) == 0
-    defaults = complete("execution")
-    assert defaults["device"] == "auto" and defaults["threads"] == 1
-    assert defaults["progress_seconds"] == 15
-    assert defaults["micro_batch"] == "auto" and defaults["train_mem_mb"] == 16000
-    step = {"compile": "auto", "vocab_padding": "auto", "fused_loss": "auto",
-            "device_profile": "auto"}  # fmt: skip
-    assert {key: defaults[key] for key in step} == step
-    assert calls[-1] == (spec, data, run, "auto", 1, 15, "auto", 16000, None, step, None, 180.0)
+    defaults = execution_of()
+    assert defaults.device == "auto" and defaults.threads == 1 and defaults.progress_seconds == 15
+    assert defaults.micro_batch == "auto" and defaults.train_mem_mb == 16000
+    assert (defaults.compile, defaults.vocab_padding, defaults.fused_loss) == ("auto",) * 3
+    assert defaults.device_profile == "auto"
+    options = {"stop_after_step": None, "lease_seconds": 180.0}
+    assert calls[-1] == ((spec, data, run, defaults, None), options)
     (tmp_path / "spec.json").write_text(json.dumps(spec))
     argv = ["--spec", f"@{tmp_path / 'spec.json'}", "--data-dir", str(data), "--run-dir", str(run)]
     flags = ["--device", "cpu", "--threads", "3", "--stop-after-step", "2"]
     assert train_command.main([*argv, *flags]) == 0
-    assert calls[-1] == (spec, data, run, "cpu", 3, 15, "auto", 16000, 2, step, None, 180.0)
-    memory = ["--micro-batch", "2", "--memory-mb", "900"]
+    cpu = replace(defaults, device="cpu", threads=3)
+    assert calls[-1] == ((spec, data, run, cpu, None), {**options, "stop_after_step": 2})
+    memory = ["--micro-batch", "2", "--train-mem-mb", "900"]
     assert train_command.main([*argv, *memory]) == 0
-    assert calls[-1] == (spec, data, run, "auto", 1, 15, 2, 900, None, step, None, 180.0)
+    assert calls[-1][0][3] == replace(defaults, micro_batch=2, train_mem_mb=900)
     for flag, setting in (("true", True), ("False", False), ("auto", "auto")):
         assert train_command.main([*argv, "--compile", flag, "--fused-loss", flag]) == 0
-        assert calls[-1][9] == {**step, "compile": setting, "fused_loss": setting}
+        assert calls[-1][0][3] == replace(defaults, compile=setting, fused_loss=setting)
     paths = ["--vocab-padding", "64", "--device-profile", "h100.json"]
     assert train_command.main([*argv, *paths]) == 0
-    assert calls[-1][9] == {**step, "vocab_padding": 64, "device_profile": "h100.json"}
-    with pytest.raises(SystemExit):
-        train_command.main([*argv, "--compile", "yes"])
+    assert calls[-1][0][3] == replace(defaults, vocab_padding=64, device_profile="h100.json")
+    with pytest.raises(ConfigError, match="execution.compile"):
+        train_command.main([*argv, "--compile", "maybe"])
 
 
 def test_command_passes_the_progress_interval(tmp_path, monkeypatch):
     calls = []
-    monkeypatch.setattr(train_command, "train", lambda *args: calls.append(args))
+    monkeypatch.setattr(train_command, "train", lambda *args, **kwargs: calls.append(args))
     argv = cli_args(make_spec(steps=4, every=4), tmp_path / "data", tmp_path / "run")
     assert train_command.main([*argv, "--progress-seconds", "0"]) == 0
-    assert calls[-1][3:6] == ("auto", 1, 0)
+    assert calls[-1][3] == execution_of({"progress_seconds": 0})
 
 
 def test_command_trains_stops_and_resumes(tmp_path, data_dir, capsys):
@@ -1164,7 +1171,8 @@ def test_checkpoint_files(tmp_path, data_dir):
     spec = make_spec(steps=50, every=20, log_every=5)
     assert spec["checkpoint_steps"] == [20, 40, 50]
     run_dir = tmp_path / "run"
-    summary = train(spec, data_dir, run_dir, **CPU)
+    train(spec, data_dir, run_dir, CPU)
+    summary = read_run(run_dir)
 
     cfg = GPTConfig(vocab_size=V, **spec["model_config"])
     model = GPT(cfg)

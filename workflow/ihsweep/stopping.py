@@ -33,7 +33,8 @@ import pandas as pd
 from ihsweep.analysis.emergence import replay_stop, run_point
 from ihsweep.config import Study, StudyPaths, add_configfile, study_of_files
 from ihsweep.io import DamagedFile, read_probe_table
-from ihsweep.status import read_record, run_outcome
+from ihsweep.records import read_run
+from ihsweep.status import run_outcome
 
 # A replayed point within this many decades of the reported one has not moved (float noise of
 # the crossing's interpolation; a moved point moves by at least a checkpoint gap, ~0.1 decade).
@@ -46,7 +47,7 @@ def replay_table(study: Study, margins: list[float], root: Path = Path(".")) -> 
     rows = []
     paths = StudyPaths(study)
     for run in study.runs:
-        record = read_record(root / paths.run_dir(run))
+        record = read_run(root / paths.run_dir(run))
         table_path = root / paths.probe_table("model", run)
         if record is None or not table_path.exists():
             continue

@@ -10,6 +10,7 @@ from snakemake.io import report as report_output
 
 from ihsweep import cost, layout
 from ihsweep.config import EXECUTION, ConfigError, Run, StudyPaths
+from ihsweep.config.execution import rule_flags, rule_resources
 from ihsweep.cost.study import StudyCost
 from ihsweep.provenance import (
     StudyClaim,
@@ -40,6 +41,8 @@ CODE_SHA256 = code_sha256()
 NATURAL_DIR = layout.natural_dir(STUDY.name)
 MARKOV_DIR = layout.markov_dir(STUDY.name)
 # The rules turn these into threads and resources, never params: changing one plans no job.
+# A rule takes the settings whose schema entry names it (x-rules) as resources
+# (rule_resources) and hands them to its step as flags filled in from them (rule_flags).
 EXECUTION_SETTINGS = config[EXECUTION]
 
 

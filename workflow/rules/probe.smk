@@ -13,18 +13,15 @@ rule probe:
         "../../envs/train.yaml"
     threads: EXECUTION_SETTINGS["threads"]
     resources:
-        device=EXECUTION_SETTINGS["device"],
-        gpu=EXECUTION_SETTINGS["gpu"],
-        gpu_model=EXECUTION_SETTINGS["gpu_model"] or "",
-        mem_mb=EXECUTION_SETTINGS["probe_mem_mb"],
+        **rule_resources(EXECUTION_SETTINGS, "probe"),
         runtime=probe_runtime,
     params:
         probe=probe_json,
         run_dir=input_dir,
     shell:
         "python -m ihsweep.steps.probe --run-dir {params.run_dir} --probe {params.probe:q}"
-        " --heads {output.heads} --model-table {output.model} --device {resources.device}"
-        " --threads {threads} > {log} 2>&1"
+        " --heads {output.heads} --model-table {output.model} %s > {log} 2>&1"
+        % rule_flags("probe")
 
 
 # One figure per run: its probe curves with the emergence point, and PS per head over time.
@@ -84,10 +81,7 @@ rule probe_suite:
         "../../envs/train.yaml"
     threads: EXECUTION_SETTINGS["threads"]
     resources:
-        device=EXECUTION_SETTINGS["device"],
-        gpu=EXECUTION_SETTINGS["gpu"],
-        gpu_model=EXECUTION_SETTINGS["gpu_model"] or "",
-        mem_mb=EXECUTION_SETTINGS["probe_mem_mb"],
+        **rule_resources(EXECUTION_SETTINGS, "probe_suite"),
         runtime=probe_runtime,
     params:
         suite=suite_spec_json,
@@ -95,4 +89,4 @@ rule probe_suite:
     shell:
         "python -m ihsweep.steps.probe_suite --name {wildcards.suite} --suite {params.suite:q}"
         " --probe {params.probe:q} --heads {output.heads} --model-table {output.model}"
-        " --device {resources.device} --threads {threads} > {log} 2>&1"
+        " %s > {log} 2>&1" % rule_flags("probe_suite")

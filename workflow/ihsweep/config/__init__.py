@@ -5,6 +5,8 @@
   line that name the key and what would be accepted; ``complete`` for a step's partial section.
 - ``ihsweep.config.study``: the study model: ``Run``, ``Study`` (grid, checkpoint schedule, the
   law's predictions, each run's training spec).
+- ``ihsweep.config.execution``: the execution settings declared once (the schema's
+  ``execution``): ``Execution``, the rules' resources and the steps' flags.
 - ``ihsweep.config.keys``: where a study's files are: ``StudyPaths``, each folder keyed by the
   settings that decide its files.
 - ``ihsweep.config.files``: config files read strictly (``read_config_file``): a YAML error
@@ -24,6 +26,7 @@ from ihsweep.config.checks import (
     read_study,
     study_of_files,
 )
+from ihsweep.config.execution import Execution, execution_of
 from ihsweep.config.files import read_config_file
 from ihsweep.config.keys import StudyPaths, probe_key
 from ihsweep.config.overrides import coerce_overrides, parse_overrides
@@ -50,9 +53,9 @@ from ihsweep.config.study import (
 )
 
 __all__ = [
-    "EXECUTION", "GPT2_VOCAB_SIZE", "MODEL_KEYS", "MOVED_KEYS", "SCHEMA", "ConfigError", "Run",
-    "Study", "StudyPaths", "add_configfile", "checkpoint_steps", "coerce_overrides", "complete",
-    "densify_tokens", "parse_overrides",
+    "EXECUTION", "GPT2_VOCAB_SIZE", "MODEL_KEYS", "MOVED_KEYS", "SCHEMA", "ConfigError",
+    "Execution", "Run", "Study", "StudyPaths", "add_configfile", "checkpoint_steps",
+    "coerce_overrides", "complete", "densify_tokens", "execution_of", "parse_overrides",
     "expand_runs", "first_schema_problem", "law_updates", "load_configfiles", "load_schema",
     "probe_key", "read_config_file", "read_study", "schedule_tokens", "study_definition",
     "study_of_files",

@@ -23,6 +23,14 @@ COLUMNS = [
 ]  # fmt: skip
 
 
+def format_eta(seconds: float) -> str:
+    """A duration as a run's progress line and ``ihsweep.status`` show an ETA: 1h05m, 4m09s."""
+    s = int(max(0, seconds))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 60}m{s % 60:02d}s"
+
+
 def cost_table(costed: StudyCost):
     """One row per run of a costed study (``StudyCost.row``), as a DataFrame."""
     import pandas as pd

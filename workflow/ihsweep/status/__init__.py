@@ -37,7 +37,7 @@ study of config.yaml, saying so (``ihsweep.status.studies``).
   updated for longer than ``--active-minutes`` (killed; read its log);
 - ``missing``: not started.
 
-Each run's state comes from its ``progress.json`` (``ihsweep.training.progress.write_progress``) and
+Each run's state comes from its ``progress.json`` (``ihsweep.records.write_progress``) and
 its completion record ``run.json``; nothing here reads the training log. **Columns** (of
 ``--csv``; the printed table shows them shortened):
 
@@ -92,7 +92,6 @@ from ihsweep.status.command import main
 from ihsweep.status.table import (
     damaged_records,
     format_table,
-    read_record,
     run_outcome,
     run_state,
     status_table,
@@ -100,6 +99,6 @@ from ihsweep.status.table import (
 )
 
 __all__ = [
-    "damaged_records", "format_table", "main", "read_record", "run_outcome", "run_state",
+    "damaged_records", "format_table", "main", "run_outcome", "run_state",
     "status_table", "totals",
 ]  # fmt: skip

@@ -16,8 +16,8 @@ from pathlib import Path
 from ihsweep import layout
 from ihsweep.config import ConfigError, Study, StudyPaths, load_configfiles, read_study
 from ihsweep.provenance import STUDY_JSON, StudyClaim, config_sha256
+from ihsweep.records import read_progress
 from ihsweep.status.table import run_state
-from ihsweep.training.progress import read_progress
 
 DEFAULT_CONFIG = Path("config.yaml")
 

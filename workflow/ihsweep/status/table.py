@@ -15,10 +15,9 @@ from ihsweep.analysis.emergence import predicted_within
 from ihsweep.analysis.lawfit import predict_updates
 from ihsweep.config import Run, Study, StudyPaths
 from ihsweep.io import RERUN
-from ihsweep.layout import PROGRESS_JSON
+from ihsweep.records import progress_json, read_progress, read_run, run_json
 from ihsweep.status.live import ENDED, format_duration, run_eta, run_speed
 from ihsweep.training.checkpoints import list_checkpoints
-from ihsweep.training.progress import read_progress
 
 COLUMNS = [
     "run_id", "state", "outcome", "tokens", "budget", "tokens_per_second", "percent",
@@ -27,24 +26,15 @@ COLUMNS = [
 ]  # fmt: skip
 
 
-def read_record(run_dir: Path) -> dict | None:
-    """The run's completion record (``run.json``), None when there is none (or it is damaged:
-    it is written atomically, so that means the run has not finished)."""
-    try:
-        return json.loads((run_dir / layout.RUN_JSON).read_text())
-    except (OSError, ValueError):
-        return None
-
-
 def damaged_records(run_dir: Path, progress: dict, record: dict | None) -> tuple | None:
     """(state, error) when the run's run.json or progress.json is there but unreadable: the
     table shows that instead of failing. A damaged run.json is the train step's to rewrite;
     progress.json is rewritten by the next training session anyway."""
-    if record is None and (run_dir / layout.RUN_JSON).exists():
-        fix = RERUN.format(path=run_dir / layout.RUN_JSON, step="train")
-        return "damaged", f"damaged run record {run_dir / layout.RUN_JSON}: unreadable; {fix}"
-    if not progress and (run_dir / PROGRESS_JSON).exists() and record is None:
-        path = run_dir / PROGRESS_JSON
+    if record is None and run_json(run_dir).exists():
+        fix = RERUN.format(path=run_json(run_dir), step="train")
+        return "damaged", f"damaged run record {run_json(run_dir)}: unreadable; {fix}"
+    if not progress and progress_json(run_dir).exists() and record is None:
+        path = progress_json(run_dir)
         fix = "the next training session rewrites it"
         return "unknown", f"damaged progress record {path}: unreadable; {fix}"
     return None
@@ -73,8 +63,8 @@ def run_state(
 ) -> str:
     """The run's state from its folder and its progress record ({} when there is none)."""
     run_dir = root / paths.run_dir(run)
-    if (run_dir / layout.RUN_JSON).exists():
-        if run_outcome(read_record(run_dir) or {}, progress) == "diverged":
+    if run_json(run_dir).exists():
+        if run_outcome(read_run(run_dir) or {}, progress) == "diverged":
             return "diverged"
         probed = all((root / paths.probe_table(t, run)).exists() for t in layout.PROBE_TABLES)
         return "done" if probed else "trained"
@@ -144,7 +134,7 @@ def status_table(study: Study, root: Path = Path("."), active_minutes: float = 5
     for run in study.runs:
         run_dir = root / paths.run_dir(run)
         progress = read_progress(run_dir)
-        record = read_record(run_dir)
+        record = read_run(run_dir)
         state = run_state(root, paths, run, progress, active_minutes, now)
         budget = (record or {}).get("budget") or study.total_steps(run) * run.tokens_per_step
         row = dict.fromkeys(COLUMNS)

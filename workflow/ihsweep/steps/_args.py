@@ -1,5 +1,5 @@
-"""What every step's command line shares: JSON specs on the command line, execution flags, and
-how a step fails on a damaged file (``reports_damage``)."""
+"""What every step's command line shares: JSON specs on the command line, and how a step fails
+on a damaged file (``reports_damage``). The execution flags are ``ihsweep.config.execution``'s."""
 
 from __future__ import annotations
 
@@ -9,7 +9,6 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ihsweep.config import complete
 from ihsweep.io import DamagedFile, json_arg
 
 
@@ -56,47 +55,3 @@ def add_findings_inputs(p: argparse.ArgumentParser) -> None:
         "--run-figure", nargs="*", default=[], type=Path,
         help="one run's figure (run.png) to show with the findings; none: no run figure",
     )  # fmt: skip
-
-
-def add_execution(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", help="auto (CUDA if available), cpu, cuda, cuda:N")
-    p.add_argument("--threads", type=int, help="torch threads on the CPU")
-
-
-def execution(args: argparse.Namespace) -> dict:
-    """The execution settings given as flags, the schema's defaults for the others."""
-    flags = {
-        "device": "device",
-        "threads": "threads",
-        "progress_seconds": "progress_seconds",
-        "micro_batch": "micro_batch",
-        "memory_mb": "train_mem_mb",
-        "compile": "compile",
-        "vocab_padding": "vocab_padding",
-        "fused_loss": "fused_loss",
-        "device_profile": "device_profile",
-    }
-    given = {
-        key: getattr(args, flag)
-        for flag, key in flags.items()
-        if getattr(args, flag, None) is not None
-    }
-    return complete("execution", given)
-
-
-def micro_batch_arg(value: str) -> int | str:
-    """``--micro-batch``: a number of sequences, or auto (``execution.micro_batch``)."""
-    return value if value == "auto" else int(value)
-
-
-def vocab_padding_arg(value: str) -> int | str:
-    """``--vocab-padding``: a multiple, or auto (``execution.vocab_padding``)."""
-    return value if value == "auto" else int(value)
-
-
-def compile_arg(value: str) -> bool | str:
-    """``--compile``, ``--fused-loss``: true, false or auto (``execution.compile``, ...)."""
-    choices = {"true": True, "false": False, "auto": "auto"}
-    if value.lower() not in choices:
-        raise argparse.ArgumentTypeError(f"expected true, false or auto, got {value!r}")
-    return choices[value.lower()]

@@ -14,6 +14,7 @@ from pathlib import Path
 import torch
 
 from ihsweep.config import complete
+from ihsweep.config.execution import add_flags, flags_execution
 from ihsweep.io import write_parquet
 from ihsweep.probing.run import probe_run, read_run_record, with_run_record, write_events
 from ihsweep.steps import _args
@@ -27,14 +28,14 @@ def main(argv: list[str] | None = None) -> int:
     _args.add_spec(p, "--probe", "probe", required=False)
     p.add_argument("--heads", required=True, type=Path, help="output: per-head table (Parquet)")
     p.add_argument("--model-table", required=True, type=Path, help="output: per-checkpoint table")
-    _args.add_execution(p)
+    add_flags(p, "probe")
     args = p.parse_args(argv)
-    execution = _args.execution(args)
-    torch.set_num_threads(execution["threads"])
+    execution = flags_execution(args, "probe")
+    torch.set_num_threads(execution.threads)
     probe = complete("probe", args.probe)
     record = read_run_record(args.run_dir)
     diverged = record.get("outcome") == "diverged"
-    heads, model = probe_run(args.run_dir, probe, pick_device(execution["device"]), diverged)
+    heads, model = probe_run(args.run_dir, probe, pick_device(execution.device), diverged)
     model = with_run_record(model, record)
     write_parquet(heads, args.heads)
     write_parquet(model, args.model_table)

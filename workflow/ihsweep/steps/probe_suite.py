@@ -21,6 +21,7 @@ import torch
 
 from ihsweep import layout
 from ihsweep.config import complete
+from ihsweep.config.execution import add_flags, flags_execution
 from ihsweep.io import atomic_path, json_arg, write_parquet
 from ihsweep.probing.fingerprints import duplicate_groups
 from ihsweep.probing.suite import SuiteError, probe_suite
@@ -38,17 +39,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--heads", required=True, type=Path, help="output: per-head table (Parquet)")
     p.add_argument("--model-table", required=True, type=Path, help="output: per-revision table")
     p.add_argument("--base-dir", default=".", help="folder that a local suite's path is under")
-    _args.add_execution(p)
+    add_flags(p, "probe_suite")
     args = p.parse_args(argv)
-    execution = _args.execution(args)
-    torch.set_num_threads(execution["threads"])
+    execution = flags_execution(args, "probe_suite")
+    torch.set_num_threads(execution.threads)
     suite = complete("suite", args.suite)
     try:
         heads, model, fingerprints = probe_suite(
             args.name,
             suite,
             complete("probe", args.probe),
-            pick_device(execution["device"]),
+            pick_device(execution.device),
             args.heads.parent / "cache",
             args.base_dir,
         )

@@ -2,10 +2,13 @@
 
     python -m ihsweep.steps.train --spec '<json of ihsweep.config.Study.train_spec>' \
         --data-dir results/data/<data>/C<C> --run-dir results/runs/<run id> \
-        [--device auto --threads 1 --progress-seconds 15 --micro-batch auto --memory-mb 16000 \
-         --compile auto --vocab-padding auto --fused-loss auto --device-profile auto]
+        [--device auto --threads 1 --micro-batch auto ...]
 
-The execution flags left out take the schema's `execution` defaults.
+The execution flags are the schema's `execution` settings that name the train rule
+(``ihsweep.config.execution``; ``--help`` lists them); those left out take their defaults. It
+exits 0 when the job ends (the run completed, stopped early or diverged, or stopped at
+``--stop-after-step``), EXIT_INTERRUPTED on a signal (the retry resumes) and EXIT_LEASE when
+another job holds the run folder.
 """
 
 from __future__ import annotations
@@ -13,15 +16,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ihsweep.config.execution import add_flags, flags_execution
 from ihsweep.early_stop import stop_rule_of
 from ihsweep.io import json_arg
 from ihsweep.lease import EXPIRE_SECONDS, LeaseHeld, LeaseLost
 from ihsweep.steps import _args
-from ihsweep.training.execution import STEP_SETTINGS
 from ihsweep.training.loop import train
 from ihsweep.training.progress import terminal_output
+from ihsweep.training.stops import Interrupted
 
 EXIT_LEASE = 73  # EX_CANTCREAT: the run folder is another job's
+EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: "try again", the retry resumes from the saved state
 
 
 @_args.reports_damage
@@ -30,37 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--spec", type=json_arg, required=True, help="run spec as JSON (or @file)")
     p.add_argument("--data-dir", required=True, type=Path, help="the run's chunk folder")
     p.add_argument("--run-dir", required=True, type=Path, help="the run's folder")
-    _args.add_execution(p)
-    p.add_argument(
-        "--progress-seconds", type=int, help="seconds between progress lines (0: every update)"
-    )
-    p.add_argument(
-        "--micro-batch",
-        type=_args.micro_batch_arg,
-        help="sequences per forward/backward pass: a number, or auto",
-    )
-    p.add_argument(
-        "--memory-mb", type=int, help="the job's host memory (micro-batch auto on the CPU)"
-    )
-    p.add_argument(
-        "--compile",
-        type=_args.compile_arg,
-        help="run the loss through torch.compile: true, false or auto",
-    )
-    p.add_argument(
-        "--vocab-padding",
-        type=_args.vocab_padding_arg,
-        help="pad the lm-head GEMM's rows to a multiple of this: a number (1: none), or auto",
-    )
-    p.add_argument(
-        "--fused-loss",
-        type=_args.compile_arg,
-        help="fuse the lm head and its loss: true, false or auto",
-    )
-    p.add_argument(
-        "--device-profile",
-        help="the profile bench/gpu_plan.py wrote, whose measurements decide the autos",
-    )
+    add_flags(p, "train")
     p.add_argument(
         "--stop-after-step", type=int, help="save resume state and stop after this step (tests)"
     )
@@ -71,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         help="how long the run folder stays locked after this job dies (on another host)",
     )
     args = p.parse_args(argv)
-    execution = _args.execution(args)
+    label = f"[{args.spec.get('run_id', args.run_dir)}]"
     try:
         # A progress bar in a terminal; under Snakemake the log's timed lines.
         with terminal_output():
@@ -79,18 +54,16 @@ def main(argv: list[str] | None = None) -> int:
                 args.spec,
                 args.data_dir,
                 args.run_dir,
-                execution["device"],
-                execution["threads"],
-                execution["progress_seconds"],
-                execution["micro_batch"],
-                execution["train_mem_mb"],
-                args.stop_after_step,
-                {key: execution[key] for key in (*STEP_SETTINGS, "device_profile")},
+                flags_execution(args, "train"),
                 stop_rule_of(args.spec),
-                args.lease_seconds,
+                stop_after_step=args.stop_after_step,
+                lease_seconds=args.lease_seconds,
             )
+    except Interrupted as stop:  # the state is saved: the retry resumes, no traceback
+        print(f"{label} {stop}", flush=True)
+        return EXIT_INTERRUPTED
     except (LeaseHeld, LeaseLost) as err:  # another job's folder: one line, not a traceback
-        print(f"[{args.spec.get('run_id', args.run_dir)}] {err}", file=sys.stderr, flush=True)
+        print(f"{label} {err}", file=sys.stderr, flush=True)
         return EXIT_LEASE
     return 0
 

@@ -8,8 +8,9 @@ They are derived: no step reads them, and each writer can make them again from t
 - ``write_probe_events``, the probe step's (``layout.probe_events_dir``): rewritten whole from
   the model table at every probe run, so a rerun never adds a second copy.
 
-A resumed session drops what the session before it wrote after the state it resumes from, as
-``LossLog.start`` drops rows of ``loss.csv``: it rewrites the older files without those events,
+Where they lie, their tags and how they read are ``ihsweep.records``'. A resumed session drops
+what the session before it wrote after the state it resumes from, as ``LossLog.start`` drops
+rows of ``loss.csv``: it rewrites the older files without those events,
 so that every reader sees each step once (tbparse too, which reads file by file), and opens its
 own file with ``purge_step``, so that a TensorBoard that already showed them drops them too.
 The writer is flushed before every resume state is saved, so that what a state covers is on
@@ -23,15 +24,20 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ihsweep.io import atomic_path
+from ihsweep.records import (
+    LR,
+    PROBE_PREFIX,
+    SPEED,
+    TRAIN_LOSS,
+    VAL_LOSS,
+    drop_events_from,
+    event_files,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
 
-TRAIN_LOSS, VAL_LOSS, LR, SPEED = "loss/train", "loss/val", "lr", "tokens_per_second"
-PROBE_PREFIX = "probe/"
 FLUSH_SECONDS = 30  # where a file system buffers writes (a local file is appended to at once)
-EVENT_FILES = "events.out.tfevents.*"  # SummaryWriter's: <prefix>.<Unix second>.<host>.<pid>...
 
 
 class TrainEvents:
@@ -97,43 +103,3 @@ def open_writer(folder: Path, purge_step: int):
     while (wait := newest + 1 - time.time()) > 0:
         time.sleep(wait)
     return SummaryWriter(str(folder), purge_step=purge_step, flush_secs=FLUSH_SECONDS)
-
-
-def event_files(folder: str | Path) -> list[Path]:
-    return sorted(Path(folder).glob(EVENT_FILES))
-
-
-def drop_events_from(folder: Path, step: int) -> None:
-    """Rewrite each event file of ``folder`` without its events at ``step`` and after, and
-    without a last record cut short by a kill; remove a file left with no scalar."""
-    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
-    from tensorboard.compat.proto.event_pb2 import Event
-    from tensorboard.summary.writer.record_writer import RecordWriter
-
-    for path in event_files(folder):
-        records = [(raw, Event.FromString(raw)) for raw in RawEventFileLoader(str(path)).Load()]
-        kept = [(raw, event) for raw, event in records if event.step < step]
-        if not any(event.HasField("summary") for _, event in kept):
-            path.unlink()
-            continue
-        whole = sum(len(raw) + 16 for raw, _ in records) == path.stat().st_size  # 16: framing
-        if len(kept) < len(records) or not whole:
-            with atomic_path(path) as tmp, open(tmp, "wb") as out:
-                writer = RecordWriter(out)
-                for raw, _ in kept:
-                    writer.write(raw)
-
-
-def read_scalars(folder: str | Path) -> dict[str, list[tuple[int, float]]]:
-    """Every scalar of ``folder``'s event files as written, file by file in name order, no
-    purge applied: tag -> [(step, value)]. A step twice under a tag is a step written twice."""
-    from tensorboard.backend.event_processing.event_file_loader import RawEventFileLoader
-    from tensorboard.compat.proto.event_pb2 import Event
-
-    scalars: dict[str, list[tuple[int, float]]] = {}
-    for path in event_files(folder):
-        for record in RawEventFileLoader(str(path)).Load():
-            event = Event.FromString(record)
-            for value in event.summary.value:
-                scalars.setdefault(value.tag, []).append((event.step, value.simple_value))
-    return scalars

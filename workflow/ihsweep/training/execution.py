@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import dataclasses
 import math
 from pathlib import Path
 
 import torch
 
 from ihsweep import cost
+from ihsweep.config import Execution
 from ihsweep.io import read_json_file
 from ihsweep.training.model import GPTConfig
 from ihsweep.training.step import StepPath
@@ -86,16 +88,14 @@ def resolve_micro_batch(
 # --------------------------------------------------------------------------------------------
 # The step's fast paths (execution: compile, vocab_padding, fused_loss)
 
-STEP_SETTINGS = ("compile", "vocab_padding", "fused_loss")
+STEP_SETTINGS = tuple(StepPath().settings())  # the settings a StepPath is made of
 
 
-def step_path(settings: dict | None, device: torch.device, batch_size: int, context: int):
-    """The ``StepPath`` of a job with these ``execution`` settings (compile, vocab_padding,
-    fused_loss, device_profile; a key left out is auto; None: the plain path) on ``device``."""
-    if settings is None:
-        return StepPath()
-    measured = measured_paths(settings.get("device_profile"), device)
-    return resolve_step_path(settings, batch_size, context, measured)
+def step_path(execution: Execution, device: torch.device, batch_size: int, context: int):
+    """The ``StepPath`` of a job with these execution settings (its compile, vocab_padding,
+    fused_loss and device_profile) on ``device``."""
+    measured = measured_paths(execution.device_profile, device)
+    return resolve_step_path(dataclasses.asdict(execution), batch_size, context, measured)
 
 
 # A measured speed-up below this does not change a job's path: run-to-run noise on one GPU

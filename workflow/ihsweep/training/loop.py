@@ -1,7 +1,8 @@
 """Train one run: one (dataset, model, batch size B, context size C, seed) configuration.
 
-``train(spec, data_dir, run_dir, ...)`` takes a spec from ``ihsweep.config.Study.train_spec``;
-the command is ``python -m ihsweep.steps.train``. It reads as the algorithm; its parts live
+``train(spec, data_dir, run_dir, execution, stop_rule)`` takes a spec from
+``ihsweep.config.Study.train_spec`` and the job's ``ihsweep.config.Execution``; the command is
+``python -m ihsweep.steps.train``. It reads as the algorithm; its parts live
 beside it, each testable alone:
 
 - the batches (``sampler``), the update of (model, optimizer, batch) and its loss (``step``),
@@ -9,21 +10,22 @@ beside it, each testable alone:
 - which updates checkpoint, log and at what learning rate (``schedule``);
 - why a run stops before its budget: signals, divergence, a stop rule handed in (``stops``);
 - the resume state (``resume``), checkpoint files (``checkpoints``, ``weights``);
-- progress lines, ``progress.json`` and ``loss.csv`` (``progress``).
+- progress lines or a bar (``progress``); the run's records, ``run.json``, ``progress.json``
+  and ``loss.csv``, are written through ``ihsweep.records`` only.
 
 Checkpoints are saved at the token counts of the spec (converted to steps), each with the
 resume state, so a killed job restarts at its last checkpoint and ends with the same weights,
 bit for bit on CPU, as an uninterrupted run: the batch at step i is a pure function of (seed,
 i), and the model, optimiser and RNG states are restored exactly. SIGTERM or SIGUSR1 (sent by
 SLURM before a walltime kill or on preemption) saves the resume state at the next step and
-exits non-zero. ``bench/trainer_vs_minimal.py`` times this trainer against a minimal
-nanoGPT-style loop (they end with the same weights).
+raises ``Interrupted`` (the step exits non-zero). ``bench/trainer_vs_minimal.py`` times this
+trainer against a minimal nanoGPT-style loop (they end with the same weights).
 """
 
 from __future__ import annotations
 
+import enum
 import math
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,25 +34,19 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ihsweep import cost
+from ihsweep import cost, records
+from ihsweep.config import Execution
 from ihsweep.data.chunks import open_chunks, read_chunks_meta
-from ihsweep.io import write_json
-from ihsweep.layout import LOSS_CSV, RUN_JSON, train_events_dir
 from ihsweep.lease import EXPIRE_SECONDS, LeaseLost, RunLease
 from ihsweep.training.checkpoints import list_checkpoints
 from ihsweep.training.environment import environment
 from ihsweep.training.events import TrainEvents
 from ihsweep.training.execution import prepare_device, resolve_micro_batch, step_path
 from ihsweep.training.model import GPT, GPTConfig
-from ihsweep.training.progress import (
-    LossLog,
-    progress_of,
-    read_progress,
-    summary_line,
-    write_progress,
-)
+from ihsweep.training.progress import progress_of, summary_line
 from ihsweep.training.resume import (
     SAVED_WITH_CHECKPOINT,
+    Resumed,
     read_resume_step,
     remove_temporaries,
     resume,
@@ -61,43 +57,48 @@ from ihsweep.training.sampler import ChunkSampler
 from ihsweep.training.schedule import Schedule
 from ihsweep.training.step import evaluate, make_update
 from ihsweep.training.stops import (
-    EXIT_INTERRUPTED,
     Diverged,
     DivergenceWatch,
     ForcedStop,
+    Interrupted,
     StopRequested,
     StopRule,
 )
 from ihsweep.training.weights import save_checkpoint
 
 
+class Outcome(enum.Enum):
+    """How a job's session of a run ended. The first three end the run (its ``run.json`` says
+    which); ``INTERRUPTED`` stopped at ``stop_after_step`` with the state saved, to resume (a
+    signal raises ``Interrupted`` instead)."""
+
+    COMPLETED = "completed"
+    STOPPED_EARLY = "stopped_early"
+    DIVERGED = "diverged"
+    INTERRUPTED = "interrupted"
+
+
 def train(
     spec: dict,
     data_dir: Path,
     run_dir: Path,
-    device: str,
-    threads: int,
-    progress_seconds: float,
-    micro_batch: int | str,
-    memory_mb: int,
-    stop_after_step: int | None = None,
-    step_settings: dict | None = None,
+    execution: Execution,
     stop_rule: StopRule | None = None,
+    *,
+    stop_after_step: int | None = None,
     lease_seconds: float = EXPIRE_SECONDS,
-) -> dict:
-    """Run (or resume) one training run; returns the summary written to ``run.json`` ({} when
-    it stopped at ``stop_after_step``).
+) -> Outcome:
+    """Run (or resume) one training run; returns how the session ended (the run's summary is
+    its ``run.json``, ``records.read_run``).
 
-    The execution settings are ``execution``'s (the schema documents them); ``memory_mb`` is the
-    job's host memory, which ``micro_batch: auto`` fits a CPU job into; ``step_settings``
-    are ``execution``'s compile, vocab_padding, fused_loss and device_profile
-    (``resolve_step_path``; None: the plain path). ``stop_rule`` is asked at every checkpoint
-    whether the run stops there (``ihsweep.early_stop`` builds the spec's ``early_stop`` rule).
+    ``execution`` is the job's (the schema documents each setting). ``stop_rule`` is asked at
+    every checkpoint whether the run stops there (``ihsweep.early_stop`` builds the spec's
+    ``early_stop`` rule). ``stop_after_step``: save the state and stop after that step (tests).
     The job holds the run folder's lease (``ihsweep.lease``; it expires ``lease_seconds`` after
     the job dies) from before it reads the folder until it ends: ``LeaseHeld`` when another job
-    holds it. ``progress.json`` follows the run (``write_progress``): running while it trains,
-    then done, interrupted (a signal: the state is saved and the retry resumes) or failed (any
-    error)."""
+    holds it. A signal saves the state and raises ``Interrupted``. ``progress.json`` follows the
+    run (``records.write_progress``): running while it trains, then done, diverged, interrupted
+    (a signal: the state is saved and the retry resumes) or failed (any error)."""
     run_dir = Path(run_dir)
     if spec.get("early_stop") is not None and stop_rule is None:
         raise ValueError(
@@ -105,32 +106,37 @@ def train(
             " pass stop_rule=ihsweep.early_stop.stop_rule_of(spec)"
         )
     lease = RunLease(run_dir, lease_seconds / 6, lease_seconds, wait_for_expiry=True)
+    tokens_per_step = spec["batch_size"] * spec["context_size"]
     with StopRequested() as signals, lease:
         for path in remove_temporaries(run_dir):
             print(f"[{spec['run_id']}] removed {path}, left by a write that was killed", flush=True)
         try:
-            job = Job.build(spec, data_dir, device, threads, micro_batch, memory_mb, step_settings)
-            trainer = Trainer(spec, run_dir, job, progress_seconds, stop_rule, stop_after_step)
-            return trainer.run(signals, lease)
-        except LeaseLost:
-            raise  # the folder is another job's now: write nothing more
+            job = Job.build(spec, data_dir, execution)
+            session = Session(signals, lease, stop_rule, stop_after_step)
+            return Trainer(spec, run_dir, job, execution.progress_seconds, session).run()
+        except (LeaseLost, Interrupted):
+            raise  # the folder is another job's now, or the state is saved: nothing to record
         except ForcedStop as stop:
-            record_stop(spec, run_dir, "interrupted", signal=stop.signum)
+            records.write_stopped(run_dir, "interrupted", spec["total_steps"], tokens_per_step,
+                                  signal=stop.signum)  # fmt: skip
             step = read_resume_step(run_dir)
-            print(f"[{spec['run_id']}] signal {stop.signum} again: stopped at once; the next"
-                  f" start resumes from the state saved at step {step}", flush=True)  # fmt: skip
-            sys.exit(EXIT_INTERRUPTED)
+            why = f"signal {stop.signum} again: stopped at once; the next start resumes from"
+            raise Interrupted(stop.signum, f"{why} the state saved at step {step}") from None
         except Exception as err:
-            record_stop(spec, run_dir, "failed", error=f"{type(err).__name__}: {err}")
+            records.write_stopped(run_dir, "failed", spec["total_steps"], tokens_per_step,
+                                  error=f"{type(err).__name__}: {err}")  # fmt: skip
             raise
 
 
-def record_stop(spec: dict, run_dir: Path, state: str, **extra) -> None:
-    """The progress record of a job that ends without ending its run, at the last step it
-    recorded."""
-    step = read_progress(run_dir).get("step", 0)
-    tokens_per_step = spec["batch_size"] * spec["context_size"]
-    write_progress(run_dir, state, step, spec["total_steps"], tokens_per_step, None, **extra)
+@dataclass(frozen=True)
+class Session:
+    """What a job's session answers to besides its run: signals, the folder's lease, the stop
+    rule and the step it stops after (tests)."""
+
+    signals: StopRequested
+    lease: RunLease
+    stop_rule: StopRule | None = None
+    stop_after_step: int | None = None
 
 
 @dataclass
@@ -147,9 +153,9 @@ class Job:
     update: Callable[[GPT, torch.optim.Optimizer, torch.Tensor], torch.Tensor]  # make_update's
 
     @classmethod
-    def build(cls, spec, data_dir, device, threads, micro_batch, memory_mb, step) -> Job:
+    def build(cls, spec: dict, data_dir: Path, execution: Execution) -> Job:
         tcfg, B, C = spec["training"], spec["batch_size"], spec["context_size"]
-        device = prepare_device(device, threads)
+        device = prepare_device(execution.device, execution.threads)
         # Chunks of C tokens; the model sees C-1 inputs and predicts C-1 targets per chunk.
         meta = read_chunks_meta(data_dir)
         sampler = ChunkSampler(open_chunks(data_dir, "train"), B, spec["seed"])
@@ -171,8 +177,10 @@ class Job:
             fused=True,  # one kernel per step on CUDA and CPU: ~10% of a small CPU model's step
         )
         autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda")
-        micro_batch = resolve_micro_batch(micro_batch, cfg, B, C, device, memory_mb)
-        path = step_path(step, device, B, C)
+        micro_batch = resolve_micro_batch(
+            execution.micro_batch, cfg, B, C, device, execution.train_mem_mb
+        )
+        path = step_path(execution, device, B, C)
         print(
             f"[{spec['run_id']}] {len(cost.micro_batch_sizes(B, micro_batch))} micro-batch(es) "
             f"of at most {micro_batch} per update of B = {B} on {device}"
@@ -186,37 +194,36 @@ class Job:
 
 
 class Trainer:
-    """One job's session of a run: resumes it, trains it to its end or to a stop, records it."""
+    """One job's session of a run: made, it has resumed the run (the saved state loaded, the
+    records continued at its step); ``run`` trains it to its end or to a stop."""
 
     def __init__(self, spec: dict, run_dir: Path, job: Job, progress_seconds: float,
-                 stop_rule: StopRule | None, stop_after_step: int | None):  # fmt: skip
-        self.spec, self.run_dir, self.job = spec, Path(run_dir), job
+                 session: Session):  # fmt: skip
+        self.spec, self.run_dir, self.job, self.session = spec, Path(run_dir), job, session
         self.run_id, self.schedule = spec["run_id"], Schedule.of(spec)
         self.fingerprint = spec_hash(spec)
         self.tokens_per_step = spec["batch_size"] * spec["context_size"]
         cfg = job.model.cfg
         self.flops_per_token = cost.flops_per_token(cfg.to_dict(), cfg.vocab_size,
                                                     spec["context_size"])  # fmt: skip
-        self.progress_seconds, self.stop_rule = progress_seconds, stop_rule
-        self.stop_after_step = stop_after_step
-        self.losses = LossLog(self.run_dir / LOSS_CSV, self.tokens_per_step)
-        self.events = TrainEvents(train_events_dir(self.run_dir))  # loss.csv's, for TensorBoard
-        self.step, self.recent = 0, []  # recent: train losses of the current log window
+        self.losses = records.LossLog(self.run_dir, self.tokens_per_step)
+        self.events = TrainEvents(records.train_events(self.run_dir))  # loss.csv's, for TensorBoard
         self.unread: list[torch.Tensor] = []  # losses still on the device
-
-    def run(self, signals: StopRequested, lease: RunLease) -> dict:
-        self.signals, self.lease = signals, lease
-        self.begin()
-        self.job.model.train()
+        resumed = resume(self.run_dir, spec, job.model, job.optim)
+        self.step = resumed.step
+        self.recent = list(resumed.recent_losses)  # train losses of the current log window
+        self.begin(resumed)
         # Times the session too; a bar in place of the log's lines when run in a terminal.
-        self.progress = progress_of(self.progress_seconds, self.step, self.schedule.total_steps,
+        self.progress = progress_of(progress_seconds, self.step, self.schedule.total_steps,
                                     self.tokens_per_step, self.run_id)  # fmt: skip
-        vocab = self.job.model.cfg.vocab_size
-        self.watch = DivergenceWatch(vocab, self.spec["training"]["divergence_tokens"],
+        self.watch = DivergenceWatch(cfg.vocab_size, spec["training"]["divergence_tokens"],
                                      self.tokens_per_step, self.losses.train_losses(),
                                      self.schedule.total_steps)  # fmt: skip
+
+    def run(self) -> Outcome:
+        self.job.model.train()
         if self.schedule.checkpoints(self.step) and (reason := self.stops_early()):
-            return self.finish("stopped_early", reason)  # resumed where it had stopped
+            return self.finish(Outcome.STOPPED_EARLY, reason)  # resumed where it had stopped
         while self.step < self.schedule.total_steps:
             lr = self.schedule.lr_of(self.step)
             for group in self.job.optim.param_groups:
@@ -227,16 +234,13 @@ class Trainer:
             x = x.to(self.job.device, non_blocking=True)
             self.unread.append(self.job.update(self.job.model, self.job.optim, x))
             self.step += 1
-            ended = self.after_update(lr)
-            if ended is not None:
+            if (ended := self.after_update(lr)) is not None:
                 return ended
-        return self.finish("completed")
+        return self.finish(Outcome.COMPLETED)
 
-    def begin(self) -> None:
-        """Resume from the saved state (if any), and write what the restart owes: the progress
-        record, the loss log's header, a damaged checkpoint rewritten, step 0's checkpoint."""
-        resumed = resume(self.run_dir, self.spec, self.job.model, self.job.optim)
-        self.step, self.recent = resumed.step, list(resumed.recent_losses)
+    def begin(self, resumed: Resumed) -> None:
+        """Write what the restart owes: the progress record, the loss log's header (or its rows
+        after the state cut), a damaged checkpoint rewritten, step 0's checkpoint."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.losses.start(self.step)
         self.events.start(self.step)
@@ -248,11 +252,11 @@ class Trainer:
         if self.step == 0 and self.schedule.checkpoints(0):
             self.save(math.nan, with_checkpoint=True, saved_on=SAVED_WITH_CHECKPOINT)
 
-    def after_update(self, lr: float) -> dict | None:
+    def after_update(self, lr: float) -> Outcome | None:
         """Log, report, checkpoint and stop as the schedule and the stops say after an update;
-        returns the run's summary when it ends here, {} when it stopped at stop_after_step."""
+        returns how the session ended when it ends here, None when it goes on."""
         step, schedule = self.step, self.schedule
-        if lost := self.lease.check():
+        if lost := self.session.lease.check():
             raise LeaseLost(f"{lost} at step {step}: this job stops here")
         log_row, line_due = schedule.logs(step), self.progress.due(step, schedule.total_steps)
         interrupted = self.interruption()
@@ -280,9 +284,9 @@ class Trainer:
 
     def interruption(self) -> str | None:
         """Why the job stops after this step without ending the run (None: it goes on)."""
-        if self.signals.signum is not None:
-            return f"on signal {int(self.signals.signum)}"
-        return "at stop_after_step" if self.step == self.stop_after_step else None
+        if self.session.signals.signum is not None:
+            return f"on signal {int(self.session.signals.signum)}"
+        return "at stop_after_step" if self.step == self.session.stop_after_step else None
 
     def read_losses(self) -> tuple[int, str] | None:
         """Move the unread losses to the host; (step, why) if one of them is not finite."""
@@ -302,8 +306,8 @@ class Trainer:
         """The train losses of the current log window (its last ``log_every``)."""
         return self.recent[-self.schedule.log_every :]
 
-    def checkpoint_and_decide(self, interrupted: str | None) -> dict | None:
-        """Save this step's checkpoint and state; the summary if the run ends here."""
+    def checkpoint_and_decide(self, interrupted: str | None) -> Outcome | None:
+        """Save this step's checkpoint and state; how the run ended if it ends here."""
         try:
             saved_on = SAVED_WITH_CHECKPOINT + (f", {interrupted}" if interrupted else "")
             self.save(self.window_loss(), with_checkpoint=True, saved_on=saved_on)
@@ -312,7 +316,7 @@ class Trainer:
         del self.recent[: -self.schedule.log_every]
         if reason := self.stops_early():
             print(f"[{self.run_id}] {reason}", flush=True)
-            return self.finish("stopped_early", reason)
+            return self.finish(Outcome.STOPPED_EARLY, reason)
         return None
 
     def checkpoint(self, train_loss: float) -> float:
@@ -349,48 +353,48 @@ class Trainer:
         """Why the run stops at this checkpoint before its budget (None: it goes on). The rule
         is asked at every checkpoint, the last one too (the early-stop rule probes each one,
         so the probe step finds them all cached)."""
-        if self.stop_rule is None:
+        if self.session.stop_rule is None:
             return None
-        reason = self.stop_rule(self.run_dir, self.job.device)
+        reason = self.session.stop_rule(self.run_dir, self.job.device)
         self.job.model.train()
         return reason if self.step < self.schedule.total_steps else None
 
-    def interrupt(self, why: str) -> dict:
+    def interrupt(self, why: str) -> Outcome:
         """Save the state (with the checkpoint, if this step has one) and stop the job: on a
-        signal it exits with EXIT_INTERRUPTED, so the retry resumes; else it returns {}."""
+        signal it raises ``Interrupted``, so the retry resumes; else it returns INTERRUPTED."""
         if not self.schedule.checkpoints(self.step):
             self.save(math.nan, with_checkpoint=False, saved_on=why)
         self.events.close()
-        signum = None if self.signals.signum is None else int(self.signals.signum)
+        signum = self.session.signals.signum
+        signum = None if signum is None else int(signum)
         self.record_progress("interrupted", self.progress.tokens_per_second, signal=signum)
         if signum is not None:
-            print(f"[{self.run_id}] signal {signum}: state saved at step {self.step}", flush=True)
-            sys.exit(EXIT_INTERRUPTED)
-        return {}
+            raise Interrupted(signum, f"signal {signum}: state saved at step {self.step}")
+        return Outcome.INTERRUPTED
 
-    def finish_diverged(self, bad_step: int, why: str) -> dict:
+    def finish_diverged(self, bad_step: int, why: str) -> Outcome:
         bad_lr = self.schedule.lr_of(bad_step - 1)  # of the update that gave bad_step's loss
         detail = f"{why} at step {bad_step} (lr {bad_lr:.4g})"
         print(f"[{self.run_id}] diverged: {detail}; stopped at step {self.step}", flush=True)
-        return self.finish("diverged", detail)
+        return self.finish(Outcome.DIVERGED, detail)
 
-    def finish(self, outcome: str, detail: str = "") -> dict:
+    def finish(self, outcome: Outcome, detail: str = "") -> Outcome:
         """Write the completion record ``run.json`` of a run that ended (``outcome``: completed,
-        stopped_early or diverged, ``outcome_detail`` says why) and its last progress record."""
-        if lost := self.lease.check():
+        stopped early or diverged, ``outcome_detail`` says why) and its last progress record."""
+        if lost := self.session.lease.check():
             raise LeaseLost(f"{lost}: this job stops without recording the run")
         self.events.close()
         # Their steps and losses: the start of the job checked the weights' checksums already.
         checkpoints = list_checkpoints(self.run_dir, verify=False)
-        summary = self.summary(outcome, detail, [m["step"] for m in checkpoints])
+        summary = self.summary(outcome.value, detail, [m["step"] for m in checkpoints])
         speed = summary["tokens_per_second_this_session"]
-        if outcome == "diverged":
+        if outcome is Outcome.DIVERGED:
             self.record_progress("diverged", speed, error=detail)
         else:
-            self.record_progress("done", speed, outcome=outcome)
-        write_json(self.run_dir / RUN_JSON, summary)
+            self.record_progress("done", speed, outcome=outcome.value)
+        records.write_run(self.run_dir, summary)
         print(f"[{self.run_id}] {summary_line(summary, checkpoints)}", flush=True)
-        return summary
+        return outcome
 
     def summary(self, outcome: str, detail: str, checkpoint_steps: list[int]) -> dict:
         spec, step, tokens_per_step = self.spec, self.step, self.tokens_per_step
@@ -422,5 +426,5 @@ class Trainer:
         }
 
     def record_progress(self, state: str, tokens_per_second: float | None, **extra) -> None:
-        write_progress(self.run_dir, state, self.step, self.schedule.total_steps,
-                       self.tokens_per_step, tokens_per_second, **extra)  # fmt: skip
+        records.write_progress(self.run_dir, state, self.step, self.schedule.total_steps,
+                               self.tokens_per_step, tokens_per_second, **extra)  # fmt: skip

@@ -1,24 +1,19 @@
-"""What a training job tells the world while it runs: its log lines and ``progress.json``.
+"""What a training job tells the person watching it: its log's progress lines, or a bar.
 
 ``Progress`` decides when a progress line is due and writes it (``TerminalProgress`` draws a
-bar instead when the job runs in a terminal, ``progress_of``); ``write_progress`` and
-``read_progress`` are the one writer and reader of ``progress.json``, the record
-``ihsweep.status`` reads; ``summary_line`` is the log's last line. No torch here: ``status``
-imports this module to read the records of a study that is training elsewhere.
+bar instead when the job runs in a terminal, ``progress_of``); ``summary_line`` is the log's
+last line. The run's files (``progress.json``, ``loss.csv``) are ``ihsweep.records``'.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
-from ihsweep.io import atomic_path, write_json
-from ihsweep.layout import PROGRESS_JSON
+from ihsweep.cost.report import format_eta
 
 
 class Progress:
@@ -75,7 +70,7 @@ class TerminalProgress(Progress):
 
     def __init__(self, seconds: float, step: int, total_steps: int, tokens_per_step: int,
                  label: str, clock=time.perf_counter):  # fmt: skip
-        from tqdm import tqdm  # here: ihsweep.status imports this module and draws no bar
+        from tqdm import tqdm  # here: a job in a log draws no bar
 
         super().__init__(seconds, step, clock)
         self.tokens_per_step = tokens_per_step
@@ -114,51 +109,6 @@ def terminal_output():
         yield
 
 
-def write_progress(
-    run_dir: Path,
-    state: str,
-    step: int,
-    total_steps: int,
-    tokens_per_step: int,
-    tokens_per_second: float | None,
-    **extra,
-) -> None:
-    """The run's ``progress.json``, the one record ``ihsweep.status`` reads while it trains::
-
-        {"state": "running" | "interrupted" | "failed" | "done", "step", "total_steps",
-         "tokens", "budget", "tokens_per_second" (since the last record), "updated" (Unix time)}
-
-    plus ``signal`` (interrupted) or ``error`` (failed). A record that says running but has not
-    been updated for minutes belongs to a job that died without a word (killed, node lost).
-    """
-    record = {
-        "state": state,
-        "step": step,
-        "total_steps": total_steps,
-        "tokens": step * tokens_per_step,
-        "budget": total_steps * tokens_per_step,
-        "tokens_per_second": None if tokens_per_second is None else round(tokens_per_second, 1),
-        "updated": round(time.time(), 3),
-        **extra,
-    }
-    write_json(Path(run_dir) / PROGRESS_JSON, record)
-
-
-def read_progress(run_dir: Path) -> dict:
-    """The run's ``progress.json`` ({} when training never started or the file is damaged)."""
-    try:
-        return json.loads((Path(run_dir) / PROGRESS_JSON).read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def format_eta(seconds: float) -> str:
-    s = int(max(0, seconds))
-    if s >= 3600:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 60}m{s % 60:02d}s"
-
-
 def summary_line(summary: dict, checkpoints: list[dict]) -> str:
     """The log's last line: how the run ended, what it reached (of its budget), its final
     losses and this session's speed."""
@@ -173,41 +123,3 @@ def summary_line(summary: dict, checkpoints: list[dict]) -> str:
         f" | {summary['seconds_this_session']:.0f} s this session"
         + ("" if speed is None else f" at {speed / 1e3:.1f}k tok/s")
     )
-
-
-class LossLog:
-    """The run's ``loss.csv`` (``step,tokens,split,loss,lr``): a train row every ``log_every``
-    updates (the mean loss of that window, and the lr) and a val row at every checkpoint."""
-
-    HEADER = "step,tokens,split,loss,lr\n"
-
-    def __init__(self, path: Path, tokens_per_step: int):
-        self.path, self.tokens_per_step = Path(path), tokens_per_step
-
-    def start(self, step: int) -> None:
-        """Continue the log at ``step``: rows written after it go (they will be written again),
-        and so does a last row cut short by a kill (no newline: its step may be cut too)."""
-        if self.path.exists():
-            lines = self.path.read_text().splitlines(keepends=True)
-            kept = lines[:1] + [
-                ln for ln in lines[1:] if ln.endswith("\n") and int(ln.split(",", 1)[0]) <= step
-            ]
-            if len(kept) != len(lines):
-                with atomic_path(self.path) as tmp:
-                    Path(tmp).write_text("".join(kept))
-        else:
-            self.path.write_text(self.HEADER)
-
-    def train(self, step: int, loss: float, lr: float) -> None:
-        self._append(f"{step},{step * self.tokens_per_step},train,{loss:.6f},{lr:.6g}\n")
-
-    def val(self, step: int, loss: float) -> None:
-        self._append(f"{step},{step * self.tokens_per_step},val,{loss:.6f},\n")
-
-    def train_losses(self) -> list[tuple[int, float]]:
-        rows = [line.split(",") for line in self.path.read_text().splitlines()[1:]]
-        return [(int(r[0]), float(r[3])) for r in rows if r[2] == "train"]
-
-    def _append(self, row: str) -> None:
-        with open(self.path, "a") as f:
-            f.write(row)

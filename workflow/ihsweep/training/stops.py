@@ -2,7 +2,8 @@
 
 - ``StopRequested``: SIGINT (Ctrl-C), SIGTERM or SIGUSR1 (sent by SLURM before a walltime
   kill or on preemption) becomes a flag checked between steps; the trainer saves the resume
-  state at the next step and exits with ``EXIT_INTERRUPTED``, so the retry resumes.
+  state at the next step and raises ``Interrupted``, which the step turns into its exit code,
+  so the retry resumes.
 - ``DivergenceWatch``: a non-finite loss, or losses above the uniform prediction's for too
   long; ``Diverged``: a checkpoint would hold diverged weights.
 - ``StopRule``: decides at a checkpoint, from what lies in the run's folder, whether the run
@@ -18,8 +19,6 @@ from pathlib import Path
 from typing import Protocol
 
 import torch
-
-EXIT_INTERRUPTED = 75  # EX_TEMPFAIL: "try again", the retry resumes from the saved state
 
 
 class StopRule(Protocol):
@@ -51,6 +50,14 @@ class StopRequested:
         if self.signum is not None:
             raise ForcedStop(signum)
         self.signum = signum
+
+
+class Interrupted(Exception):
+    """The job stopped on a signal with the run's state saved: the retry resumes from it."""
+
+    def __init__(self, signum: int, message: str):
+        super().__init__(message)
+        self.signum = int(signum)
 
 
 class ForcedStop(BaseException):
