@@ -280,7 +280,8 @@ class Upgrade:
 
 def _suite_cache_agrees(folder: Path, suite: dict, probe: dict) -> bool:
     """Whether a suite folder's tables and every revision's cached result are ``probe``'s."""
-    from ihsweep.probing.suite import cache_key, revision_names
+    from ihsweep.config.revisions import revision_names
+    from ihsweep.probing.suite import cache_key
 
     probes = folder / "probes"
     if not all((probes / f"{table}.parquet").is_file() for table in layout.PROBE_TABLES):

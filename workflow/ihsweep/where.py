@@ -29,7 +29,7 @@ import fnmatch
 import sys
 
 from ihsweep.config import Study, StudyPaths, add_configfile, study_of_files
-from ihsweep.probing.suite import revision_names
+from ihsweep.config.revisions import revision_names
 
 
 def folders(study: Study, name: str, probes: bool = False) -> list[str]:

@@ -45,14 +45,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from ihsweep.config.revisions import revision_names
 from ihsweep.io import set_flags
 
-# Pythia's published revisions: step0, log-spaced steps 1 ... 512, then every 1000 steps.
-PYTHIA_REVISIONS = tuple(
-    [f"step{s}" for s in (0, *(2**i for i in range(10)))]
-    + [f"step{s}" for s in range(1000, 143001, 1000)]
-)
-REVISION_LISTS = {"pythia": PYTHIA_REVISIONS}
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 _LAST_NUMBER = re.compile(r"(\d+)\D*$")
 
@@ -65,12 +60,6 @@ FINGERPRINT_CACHE = "fingerprints"
 
 class SuiteError(ValueError):
     """A suite that cannot be probed as configured; the message names ``suites.<name>``."""
-
-
-def revision_names(suite: dict) -> list[str]:
-    """The suite's revisions in its order: a named list (``pythia``) or the given list."""
-    revisions = suite["revisions"]
-    return list(REVISION_LISTS[revisions]) if isinstance(revisions, str) else list(revisions)
 
 
 def revision_step(name: str) -> int:

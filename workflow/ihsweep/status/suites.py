@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from ihsweep.config import Study, StudyPaths
-from ihsweep.probing.suite import revision_names
+from ihsweep.config.revisions import revision_names
 
 COLUMNS = ["suite", "model", "batch_size", "context_size", "revisions", "probed", "state"]
 WIDTH = 100  # of the revision lists
