@@ -1,4 +1,5 @@
-# The two commands of the README: `make demo` (install + default study) and `make test`;
+# The two commands of the README: `make demo` (install + default study) and `make test`
+# (`make check`, its fast tier, before each commit);
 # `make cpu-full` runs the extended CPU study (workflow/studies/cpu-full.yaml) on top of the demo;
 # `make cost` prints what a study will cost before it runs.
 VENV   ?= .venv
@@ -10,7 +11,7 @@ CORES  ?= all
 TARGETS ?=
 BIN     = $(VENV)/bin
 
-.PHONY: install demo cpu-full cost test lint lock
+.PHONY: install demo cpu-full cost check test lint lock
 
 # Every package but torch comes from the lock, at its version and checked against its hashes;
 # torch comes first, without its dependencies (the lock holds them, hashed): its CPU and CUDA
@@ -66,8 +67,16 @@ CONFIGFILES ?=
 cost: install
 	$(BIN)/python -m ihsweep.cost $(if $(CONFIGFILES),--configfile $(CONFIGFILES))
 
+# The two tiers of tests (docs/development.md, "Tests"): `make check`, the tests not marked slow,
+# before each commit; `make test`, every test, what CI runs. Both spread whole test modules over
+# the cores (pytest-xdist), so that a module's shared fixture (a study, the SLURM cluster) is
+# built once; tests/conftest.py orders the modules with the most slow tests first.
+XDIST = -n auto --dist loadscope --no-loadscope-reorder
+check: install
+	$(BIN)/python -m pytest -m "not slow" $(XDIST)
+
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(XDIST)
 
 lint: install
 	$(BIN)/ruff check .
