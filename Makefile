@@ -69,9 +69,10 @@ cost: install
 
 # The two tiers of tests (docs/development.md, "Tests"): `make check`, the tests not marked slow,
 # before each commit; `make test`, every test, what CI runs. Both spread whole test modules over
-# the cores (pytest-xdist), so that a module's shared fixture (a study, the SLURM cluster) is
-# built once; tests/conftest.py orders the modules with the most slow tests first.
-XDIST = -n auto --dist loadscope --no-loadscope-reorder
+# a pytest-xdist worker per logical CPU (-n auto counts physical cores: a VM's two hyperthreads
+# may count as one), so that a module's shared fixture (a study, the SLURM cluster) is built once;
+# tests/conftest.py orders the modules with the most slow tests first.
+XDIST = -n logical --dist loadscope --no-loadscope-reorder
 check: install
 	$(BIN)/python -m pytest -m "not slow" $(XDIST)
 
