@@ -1,4 +1,5 @@
-# The two commands of the README: `make demo` (install + default study) and `make test`;
+# The two commands of the README: `make demo` (install + default study) and `make test`
+# (`make check`, its fast tier, before each commit);
 # `make cpu-full` runs the extended CPU study (workflow/studies/cpu-full.yaml) on top of the demo;
 # `make cost` prints what a study will cost before it runs.
 VENV   ?= .venv
@@ -13,7 +14,7 @@ CORES  ?= all
 TARGETS ?=
 BIN     = $(VENV)/bin
 
-.PHONY: install check-install demo cpu-full cost test lint lock
+.PHONY: install check-install demo cpu-full cost check test lint lock
 
 # Every package but torch comes from the lock, at its version and checked against its hashes,
 # torch's own dependencies among them; torch comes next, and only what the lock lacks comes
@@ -75,8 +76,17 @@ CONFIGFILES ?=
 cost: install
 	$(BIN)/python -m ihsweep.cost $(if $(CONFIGFILES),--configfile $(CONFIGFILES))
 
+# The two tiers of tests (docs/development.md, "Tests"): `make check`, the tests not marked slow,
+# before each commit; `make test`, every test, what CI runs. Both spread whole test modules over
+# a pytest-xdist worker per logical CPU (-n auto counts physical cores: a VM's two hyperthreads
+# may count as one), so that a module's shared fixture (a study, the SLURM cluster) is built once;
+# tests/conftest.py orders the modules with the most slow tests first.
+XDIST = -n logical --dist loadscope --no-loadscope-reorder
+check: install
+	$(BIN)/python -m pytest -m "not slow" $(XDIST)
+
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(XDIST)
 
 lint: install
 	$(BIN)/ruff check .

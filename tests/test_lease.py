@@ -154,6 +154,7 @@ def start(spec, data_dir, run_dir, log: Path, *flags) -> subprocess.Popen:
                                 stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
 
 
+@pytest.mark.slow  # 3,000 updates twice (a reference and the run) and a 6 s lease waited out
 def test_two_writers_one_refuses_then_takes_over_and_the_run_is_whole(data_dir, tmp_path):
     """The first job trains; a second refuses in one line naming its host and pid and touches
     nothing; the first is killed -9 on "another node" (its lease says so): the next job waits
