@@ -159,7 +159,7 @@ def snapshot(workdir: Path) -> dict[str, str]:
 
 def events_digest(folder: Path) -> str:
     """A TensorBoard folder's scalars but tokens/s: per tag, every (step, value) in order."""
-    from ihsweep.records import SPEED, read_scalars
+    from ihsweep.files.records import SPEED, read_scalars
 
     scalars = {tag: values for tag, values in read_scalars(folder).items() if tag != SPEED}
     return hashlib.sha256(json.dumps(scalars, sort_keys=True).encode()).hexdigest()

@@ -34,7 +34,7 @@ V = 64  # the toy vocabulary
 
 # Points: TARGET[@return]#N[ in WITHIN] (bench/_kill_at.py). The plain run checkpoints at steps
 # 30, 60, ...: the k-th call of save_checkpoint or save_resume_state is step 30k's.
-LOOP, RESUME, IO = "ihsweep.training.loop", "ihsweep.training.resume", "ihsweep.io"
+LOOP, RESUME, IO = "ihsweep.training.loop", "ihsweep.training.resume", "ihsweep.files.io"
 PLAIN_POINTS = {
     "a step in a log window (update 17)": f"{LOOP}:Trainer.after_update#17",
     "after update 30, before its checkpoint": f"{LOOP}:Trainer.after_update#30",
@@ -52,9 +52,9 @@ PLAIN_POINTS = {
     "state 120: current state being moved": f"os:replace#12 in {RESUME}:save_resume_state",
     "state 120: new state being renamed": f"os:replace#13 in {RESUME}:save_resume_state",
     "state 120: sidecar not yet written": f"{RESUME}:write_json#4",
-    "a loss.csv row (the 12th of 16)": "ihsweep.records:LossLog._append#12",
+    "a loss.csv row (the 12th of 16)": "ihsweep.files.records:LossLog._append#12",
     "last update done, before run.json": f"{LOOP}:Trainer.finish#1",
-    "progress done, run.json not written": "ihsweep.records:write_run#1",
+    "progress done, run.json not written": "ihsweep.files.records:write_run#1",
 }
 
 
@@ -83,7 +83,7 @@ class Case:
 
 def toy_spec(batch: int, context: int, budget: int, checkpoint_tokens, stop: bool) -> dict:
     from ihsweep.config import SCHEMA
-    from ihsweep.validate import prepare
+    from ihsweep.steps.prepare import prepare
 
     config = {
         "models": {
@@ -182,7 +182,7 @@ def event_differences(run_dir: Path, reference: Path) -> list[str]:
     """What differs in the TensorBoard scalars, read back (``ihsweep.training.events``): the
     folders, and per folder each tag's steps and values, tokens/s aside (a timing); and a step
     written twice under any tag, tokens/s included."""
-    from ihsweep.records import SPEED, read_scalars
+    from ihsweep.files.records import SPEED, read_scalars
 
     found = []
     folders = [sorted(p.name for p in (d / "tensorboard").glob("*")) for d in (run_dir, reference)]

@@ -1,4 +1,4 @@
-"""The fault matrix's writers class: two training jobs on one run folder (``ihsweep.lease``).
+"""The fault matrix's writers class: two training jobs on one run folder (``ihsweep.files.lease``).
 
 The run is the toy run of ``_fault_kills`` made long enough (20,000 updates) to start a second
 job beside the first. Its lease expires 6 s after its holder's last renewal (``--lease-seconds

@@ -688,7 +688,7 @@ def project(profile: dict, name: str) -> dict:
     from ihsweep.config import SCHEMA
     from ihsweep.cost.report import cost_table
     from ihsweep.cost.study import StudyCost
-    from ihsweep.validate import prepare
+    from ihsweep.steps.prepare import prepare
 
     study = prepare(yaml.safe_load(PAPER_STUDY.read_text()), SCHEMA)
     table = cost_table(StudyCost(study, {**profile, "name": name, "source": "bench/gpu_plan.py"}))

@@ -28,7 +28,7 @@ import numpy as np
 from ihsweep.data import markov
 from ihsweep.data.markov_generator import PreparedChain, generate_reference
 from ihsweep.data.markov_measure import measure
-from ihsweep.io import write_json
+from ihsweep.files.io import write_json
 
 
 def parse_cells(text: str) -> list[tuple[float, float]]:

@@ -95,7 +95,7 @@ def write_random_chunks(root: Path, vocab: int, context: int, n_train: int, seed
 def study_spec(cell: dict, steps: int) -> dict:
     """The trainer's spec of a one-run study of ``cell``, ``steps`` updates, one checkpoint.
     (The trainer takes the vocabulary from the chunk folder; the dataset entry only validates.)"""
-    from ihsweep.validate import prepare
+    from ihsweep.steps.prepare import prepare
 
     tokens = steps * cell["B"] * cell["C"]
     study_config = default_study()
@@ -226,7 +226,7 @@ def run_trainer(
     # compile only when asked, so that the trainer of a commit before the setting runs too
     settings: dict = {"compile": True} if compile else {}
     if spec.get("early_stop") is not None:  # the train step's rule: it probes each checkpoint,
-        from ihsweep.early_stop import stop_rule_of  # here the last one, after the clock stops
+        from ihsweep.steps.stop_rule import stop_rule_of  # here the last one, after the clock stops
 
         settings["stop_rule"] = stop_rule_of(spec)
     try:

@@ -2,7 +2,8 @@
 
 Tiny studies live as YAML files under tests/studies/ (``study_text(name)``); a test that runs
 one writes it into a tmp folder as config.yaml and runs the real ``snakemake`` command line
-there (``run_study``), so every path the DAG writes is ``ihsweep.layout``'s, under that folder.
+there (``run_study``), so every path the DAG writes is ``ihsweep.files.layout``'s, under that
+folder.
 """
 
 from __future__ import annotations

@@ -22,17 +22,17 @@ import torch
 from conftest import SCHEMA
 from ihsweep.analysis.emergence import emergence_table, replay_stop, run_point
 from ihsweep.analysis.lawfit import fit_law
-from ihsweep.early_stop import stop_rule_of
-from ihsweep.layout import PROGRESS_JSON, RUN_JSON
+from ihsweep.files.layout import PROGRESS_JSON, RUN_JSON
+from ihsweep.files.records import read_run
 from ihsweep.probing.run import probe_run, with_run_record
-from ihsweep.records import read_run
 from ihsweep.steps import probe as probe_command
+from ihsweep.steps.prepare import prepare
+from ihsweep.steps.stop_rule import stop_rule_of
 from ihsweep.training import loop
 from ihsweep.training.checkpoints import list_checkpoints
 from ihsweep.training.loop import Outcome, train
 from ihsweep.training.resume import spec_hash
 from ihsweep.training.stops import DivergenceWatch
-from ihsweep.validate import prepare
 from test_train import (
     CPU,
     TIMEOUT,
@@ -270,7 +270,7 @@ def test_stopped_runs_find_the_points_and_the_law_of_the_full_runs(tmp_path, cap
         assert summary["outcome"] == "completed" and summary["tokens"] == summary["budget"]
         assert f"resuming at step {stopped[-1]['step'].max()}/" in capsys.readouterr().out
         full.append(model_table(run_dir, probe))
-        # The replay of the rule on the full run (python -m ihsweep.stopping) stops where
+        # The replay of the rule on the full run (python -m ihsweep.margins) stops where
         # training stopped, with the same point.
         replay = replay_stop(full[-1], EMERGENCE, MARGIN)
         assert replay["stopped"] and replay["tokens_trained"] == stopped[-1]["tokens"].max()

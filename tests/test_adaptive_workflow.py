@@ -19,10 +19,10 @@ import pandas as pd
 import pytest
 import yaml
 from conftest import REPO, job_stats, run_study, snakemake, study_text
-from ihsweep import layout
 from ihsweep.config import StudyPaths
-from ihsweep.provenance import STUDY_JSON, StudyClaim
-from ihsweep.validate import prepare
+from ihsweep.files import layout
+from ihsweep.report.provenance import STUDY_JSON, StudyClaim
+from ihsweep.steps.prepare import prepare
 
 # The aggregates of the test studies, which keep the schema's default name (`study`).
 NATURAL = layout.natural_dir("default")
@@ -130,7 +130,7 @@ def test_stopping_replay_reads_the_study_and_leaves_out_the_diverged_run(study, 
     workdir, prepared, _, _ = study
     table_csv = tmp_path / "replay.csv"
     proc = subprocess.run(
-        [sys.executable, "-m", "ihsweep.stopping", "--configfile", "config.yaml",
+        [sys.executable, "-m", "ihsweep.margins", "--configfile", "config.yaml",
          "--margins", "0.1", "0.3", "1.0", "--csv", str(table_csv)],
         cwd=workdir, capture_output=True, text=True, timeout=120,
         env={"PYTHONPATH": str(REPO / "workflow")},

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from ihsweep import layout
-from ihsweep.provenance import code_sha256, config_sha256
+from ihsweep.files import layout
+from ihsweep.report.provenance import code_sha256, config_sha256
 from ihsweep.steps.aggregate_natural import main
 from scipy.special import expit
 

@@ -1,4 +1,4 @@
-"""Every file a step reads is checked before use (ihsweep.io.read_table / read_json_file, the
+"""Every file a step reads is checked before use (ihsweep.files.io.read_table / read_json_file, the
 chunk folders' checksums, the probe cache's key): each kind of file, truncated to half or
 overwritten with random bytes or zeros of the same length, makes the step that reads it print
 one line naming the file and its fix and exit 1 (no traceback), or, for a cache, is named and
@@ -21,7 +21,7 @@ import torch
 from ihsweep.config import complete
 from ihsweep.data import natural
 from ihsweep.data.chunks import CHECKSUMS_JSON, open_chunks, read_chunks_meta
-from ihsweep.io import DamagedFile, read_probe_table
+from ihsweep.files.io import DamagedFile, read_probe_table
 from ihsweep.probing.run import probe_run
 from ihsweep.status import damaged_records
 from ihsweep.steps import aggregate_natural, chunk, probe, run_figure

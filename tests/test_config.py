@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import yaml
 from conftest import REPO, SCHEMA, job_stats, snakemake, study_text
-from ihsweep import cost, layout
+from ihsweep import cost
 from ihsweep.config import (
     MOVED_KEYS,
     ConfigError,
@@ -35,8 +35,9 @@ from ihsweep.config import (
 )
 from ihsweep.cost.study import StudyCost
 from ihsweep.data.natural import copy_length_range, draw_copies
-from ihsweep.provenance import config_sha256
-from ihsweep.validate import prepare
+from ihsweep.files import layout
+from ihsweep.report.provenance import config_sha256
+from ihsweep.steps.prepare import prepare
 from snakemake.utils import update_config
 
 # The aggregates of the test studies, which keep the schema's default name (`study`).

@@ -24,7 +24,7 @@ from ihsweep.data.chunks import open_chunks
 from ihsweep.data.corpus import CorpusError
 from ihsweep.steps import chunk as chunk_step
 from ihsweep.steps import tokenize as tokenize_step
-from ihsweep.validate import prepare
+from ihsweep.steps.prepare import prepare
 
 datasets = pytest.importorskip("datasets")  # in the dev extra: pip install -e ".[dev]"
 

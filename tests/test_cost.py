@@ -27,8 +27,8 @@ from ihsweep import cost
 from ihsweep.config import GPT2_VOCAB_SIZE, ConfigError
 from ihsweep.cost.report import COLUMNS, cost_report, cost_table, format_cost
 from ihsweep.cost.study import StudyCost
+from ihsweep.steps.prepare import prepare
 from ihsweep.training.model import GPT, GPTConfig
-from ihsweep.validate import prepare
 
 PAPER_MODEL = {"n_layer": 2, "n_head": 8, "d_model": 768, "mlp": True, "n_ctx": 1024}
 PROFILE = {"peak_tflops": 100.0, "mfu": 0.5, "step_overhead_ms": 2.0, "memory_gb": 10}

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import torch
 from ihsweep.config import complete
+from ihsweep.files.records import read_run
 from ihsweep.probing.run import probe_checkpoint, probe_run
-from ihsweep.records import read_run
 from ihsweep.steps import probe as probe_command
 from ihsweep.training import resume
 from ihsweep.training.checkpoints import (

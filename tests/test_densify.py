@@ -23,7 +23,7 @@ from conftest import job_stats, snakemake, study_text
 from ihsweep.analysis.lawfit import fit_law, predict_updates
 from ihsweep.config import ConfigError, Run
 from ihsweep.cost.study import StudyCost
-from ihsweep.validate import prepare
+from ihsweep.steps.prepare import prepare
 from snakemake.utils import update_config
 
 LAW = {"a": 0.37, "b": 0.62, "log10_T": 4.0}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 
 import pytest
 import yaml
@@ -100,3 +101,32 @@ def test_the_configuration_page_names_every_key_of_the_schema():
     schema = yaml.safe_load(SCHEMA.read_text())
     missing = sorted(k for k in schema_keys(schema) if not re.search(rf"`[^`\n]*\b{k}`", page))
     assert not missing, f"docs/configuration.md does not name {missing}"
+
+
+def documented_commands() -> list[str]:
+    """Every ``python -m ihsweep.X`` the docs, the README and the package's docstrings name."""
+    texts = [page.read_text() for page in PAGES]
+    texts += [path.read_text() for path in (REPO / "workflow" / "ihsweep").rglob("*.py")]
+    return sorted(
+        {
+            name
+            for text in texts
+            for name in re.findall(r"python -m (ihsweep(?:\.\w+)+)\b(?!\.?[<{])", text)
+        }
+    )
+
+
+@pytest.mark.slow
+def test_every_documented_command_answers_help():
+    """A module moved or renamed leaves no command in the docs that no longer runs."""
+    commands = documented_commands()
+    assert {"ihsweep.status", "ihsweep.where", "ihsweep.cost", "ihsweep.steps.train"} <= set(
+        commands
+    )
+    for module in commands:
+        proc = subprocess.run(
+            [sys.executable, "-m", module, "--help"],
+            cwd=REPO, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert proc.returncode == 0, f"python -m {module} --help: {proc.stderr[-2000:]}"
+        assert "usage:" in proc.stdout, module

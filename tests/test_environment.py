@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 from conftest import REPO
-from ihsweep.layout import RUN_JSON
-from ihsweep.records import read_run
+from ihsweep.files.layout import RUN_JSON
+from ihsweep.files.records import read_run
 from ihsweep.training import environment as env_module
 from ihsweep.training.environment import environment, package_versions, torch_build
 from ihsweep.training.loop import Outcome, train

@@ -1,5 +1,5 @@
-"""Exporting our checkpoints as Hugging Face GPT-2 folders (ihsweep.export, and its command
-ihsweep.steps.export).
+"""Exporting our checkpoints as Hugging Face GPT-2 folders (ihsweep.training.hf_export, and its
+command ihsweep.steps.export).
 
 The checkpoints are test_train's toy runs (its dataset and spec helpers, 30 updates in process
 on one CPU thread), with and without MLP, and a copy of each with its weights redrawn large,
@@ -21,10 +21,10 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from ihsweep.export import SPEC_JSON, export_checkpoint, find_checkpoint  # noqa: E402
 from ihsweep.probing.run import probe_checkpoint  # noqa: E402
 from ihsweep.steps import export, probe_suite  # noqa: E402
 from ihsweep.training.checkpoints import list_checkpoints  # noqa: E402
+from ihsweep.training.hf_export import SPEC_JSON, export_checkpoint, find_checkpoint  # noqa: E402
 from ihsweep.training.loop import train  # noqa: E402
 from ihsweep.training.model import GPT, GPTConfig  # noqa: E402
 from ihsweep.training.weights import load_checkpoint_weights, save_checkpoint  # noqa: E402

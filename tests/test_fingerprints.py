@@ -15,7 +15,6 @@ import yaml
 
 transformers = pytest.importorskip("transformers")
 
-from ihsweep import layout  # noqa: E402
 from ihsweep.analysis.duplicates import (  # noqa: E402
     DUPLICATE_COLUMNS,
     fitted_revisions,
@@ -23,13 +22,14 @@ from ihsweep.analysis.duplicates import (  # noqa: E402
     read_duplicates,
 )
 from ihsweep.config import StudyPaths  # noqa: E402
-from ihsweep.io import DamagedFile  # noqa: E402
+from ihsweep.files import layout  # noqa: E402
+from ihsweep.files.io import DamagedFile  # noqa: E402
 from ihsweep.probing.fingerprints import FINGERPRINT_COLUMNS, compact  # noqa: E402
 from ihsweep.probing.hf import probe_hf  # noqa: E402
 from ihsweep.status import main as status  # noqa: E402
 from ihsweep.steps import aggregate_natural  # noqa: E402
 from ihsweep.steps import probe_suite as step  # noqa: E402
-from ihsweep.validate import prepare  # noqa: E402
+from ihsweep.steps.prepare import prepare  # noqa: E402
 from test_hf import PROBE, C, V, tiny  # noqa: E402
 
 B = 8

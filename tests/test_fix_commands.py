@@ -15,8 +15,8 @@ from ihsweep.config import StudyPaths, study_of_files
 from ihsweep.data.chains import CHAIN_JSON
 from ihsweep.data.chunks import REGENERATE
 from ihsweep.data.natural import RETOKENIZE
-from ihsweep.io import RERUN
-from ihsweep.layout import RUN_JSON, aggregate_file, markov_dir, natural_dir
+from ihsweep.files.io import RERUN
+from ihsweep.files.layout import RUN_JSON, aggregate_file, markov_dir, natural_dir
 from test_doc_commands import clone_environment, scratch_clone
 
 TEMPLATES = {"RERUN": RERUN, "REGENERATE": REGENERATE, "RETOKENIZE": RETOKENIZE}

@@ -19,10 +19,10 @@ from conftest import REPO, SCHEMA
 from ihsweep import cost
 from ihsweep.cost.report import cost_table
 from ihsweep.cost.study import StudyCost
+from ihsweep.steps.prepare import prepare
 from ihsweep.training.execution import resolve_step_path
 from ihsweep.training.lm_head import HeadPath, padded_unembedding
 from ihsweep.training.step import StepPath
-from ihsweep.validate import prepare
 
 sys.path.insert(0, str(REPO / "bench"))
 import gpu_plan  # noqa: E402

@@ -16,7 +16,6 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from conftest import REPO  # noqa: E402
-from ihsweep.export import SPEC_JSON, export_checkpoint  # noqa: E402
 from ihsweep.probing.scores import (  # noqa: E402
     logit_attribution,
     make_probe_batch,
@@ -25,6 +24,7 @@ from ihsweep.probing.scores import (  # noqa: E402
 )
 from ihsweep.steps import probe_suite  # noqa: E402
 from ihsweep.training.checkpoints import list_checkpoints  # noqa: E402
+from ihsweep.training.hf_export import SPEC_JSON, export_checkpoint  # noqa: E402
 from ihsweep.training.model import GPT, GPTConfig  # noqa: E402
 from ihsweep.training.weights import save_checkpoint  # noqa: E402
 

@@ -24,11 +24,11 @@ from types import SimpleNamespace
 import pytest
 import yaml
 from conftest import REPO, job_stats, mtimes, run_study, snakemake
-from ihsweep import layout
 from ihsweep.config import Run, StudyPaths, load_configfiles
-from ihsweep.provenance import STUDY_JSON, StudyClaim, claim_clash, write_claim
+from ihsweep.files import layout
+from ihsweep.report.provenance import STUDY_JSON, StudyClaim, claim_clash, write_claim
+from ihsweep.steps.prepare import prepare
 from ihsweep.upgrade import agrees
-from ihsweep.validate import prepare
 
 # The last commit whose results/ folders are named by names alone (the upgrade's source).
 NAMED_LAYOUT_COMMIT = "b150055"

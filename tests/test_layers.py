@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -35,6 +37,23 @@ def test_the_package_keeps_its_contracts():
     proc = lint_imports(REPO, REPO / "workflow")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "3 kept, 0 broken" in proc.stdout
+
+
+def documented_layers() -> list[list[str]]:
+    """The modules column of docs/architecture.md's layer table, one list per row."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    table = text.split("| layer (top to bottom) |", 1)[1].split("\n\n", 1)[0]
+    rows = [line for line in table.splitlines()[2:] if line.startswith("|")]
+    cells = [re.split(r"(?<!\\)\|", row) for row in rows]
+    return [sorted(re.findall(r"`(\w+)`", row[2])) for row in cells]
+
+
+def test_architecture_md_lists_the_contracts_layers():
+    """The page's table holds the contract's layers, in order, one row each."""
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    contract = next(c for c in config["tool"]["importlinter"]["contracts"] if c["id"] == "layers")
+    layers = [sorted(name.strip() for name in layer.split("|")) for layer in contract["layers"]]
+    assert documented_layers() == layers
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""One writer per run folder (ihsweep.lease): a second job refuses while the first lives, and
+"""One writer per run folder (ihsweep.files.lease): a second job refuses while the first lives, and
 takes over once the first is dead (at once on the same host) or its lease has expired (another
 host, which cannot check a pid).
 
@@ -19,8 +19,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
-from ihsweep.lease import LEASE_JSON, Holder, LeaseHeld, RunLease, read_holder
-from ihsweep.records import read_progress
+from ihsweep.files.lease import LEASE_JSON, Holder, LeaseHeld, RunLease, read_holder
+from ihsweep.files.records import read_progress
 from ihsweep.steps.train import EXIT_LEASE
 from test_train import (
     TIMEOUT,

@@ -11,9 +11,9 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from ihsweep import layout
 from ihsweep.analysis.markov import generator_table
 from ihsweep.config import complete
+from ihsweep.files import layout
 from ihsweep.steps.aggregate_markov import main
 from scipy.special import expit
 

@@ -3,7 +3,7 @@
 One module-scoped fixture runs the study tests/studies/markov.yaml, with a synthetic chain
 (V = 64, +D, a few optimiser steps) and a two-cell (f, r) grid over one bigram chain of a 300-type
 BPE of the KJV (capped at 64 types), tiny attention-only runs on each, and the Markov aggregate;
-the tests then read what it left, at the paths of ``ihsweep.layout``. A dry run checks that an
+the tests then read what it left, at the paths of ``ihsweep.files.layout``. A dry run checks that an
 unreachable frequency is refused before any job exists.
 """
 
@@ -17,9 +17,9 @@ import pandas as pd
 import pytest
 import yaml
 from conftest import job_stats, run_study, snakemake, study_text
-from ihsweep import layout
 from ihsweep.config import StudyPaths
-from ihsweep.validate import prepare
+from ihsweep.files import layout
+from ihsweep.steps.prepare import prepare
 
 # The aggregates of the test studies, which keep the schema's default name (`study`).
 MARKOV = layout.markov_dir("default")

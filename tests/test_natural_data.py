@@ -17,7 +17,7 @@ from ihsweep.config import ConfigError, complete
 from ihsweep.data import chunks, corpus, markov_chunks, markov_generator, natural
 from ihsweep.data import tokenizer as tk
 from ihsweep.data.chunks import open_chunks
-from ihsweep.io import DamagedFile
+from ihsweep.files.io import DamagedFile
 from ihsweep.steps import chunk as chunk_step
 from ihsweep.steps import tokenize as tokenize_step
 

@@ -20,7 +20,7 @@ import termios
 import numpy as np
 import pytest
 from conftest import SCHEMA, write_chunks
-from ihsweep.validate import prepare
+from ihsweep.steps.prepare import prepare
 
 V, C, B, STEPS = 64, 32, 4, 400
 PROGRESS_LINE = re.compile(

@@ -14,8 +14,8 @@ import pytest
 import yaml
 from conftest import SCHEMA, study_text
 from ihsweep.config import study_definition
-from ihsweep.provenance import PACKAGE_DIR, code_sha256, config_sha256, run_sha256
-from ihsweep.validate import prepare
+from ihsweep.report.provenance import PACKAGE_DIR, code_sha256, config_sha256, run_sha256
+from ihsweep.steps.prepare import prepare
 
 CONFIG = {
     "models": {"w64": {"n_layer": 2, "d_model": 64}},

@@ -36,12 +36,12 @@ import numpy as np
 import pytest
 import yaml
 from conftest import job_stats, run_study, snakemake, study_text
-from ihsweep import layout
 from ihsweep.analysis.lawfit import QUANTITIES
 from ihsweep.config import Run, StudyPaths
-from ihsweep.provenance import code_sha256
+from ihsweep.files import layout
+from ihsweep.report.provenance import code_sha256
 from ihsweep.report.rst import NB_HYPHEN
-from ihsweep.validate import prepare
+from ihsweep.steps.prepare import prepare
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
@@ -111,7 +111,7 @@ def test_figures_target_rebuilds_byte_identical_files_without_training(study):
 
 
 def test_every_output_folder_records_its_provenance(study):
-    # Aggregates record the study's hash; a run's figures the run's own (ihsweep.provenance).
+    # Aggregates record the study's hash; a run's figures the run's own (ihsweep.report.provenance).
     hashes = {"config_sha256": set(), "run_sha256": set()}
     for folder, key in [(NATURAL, "config_sha256"), (MARKOV, "config_sha256")] + [
         (run_figure_dir(run), "run_sha256") for run in RUNS + MARKOV_RUNS

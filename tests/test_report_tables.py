@@ -13,15 +13,15 @@ import pandas as pd
 import pytest
 import yaml
 from docutils.core import publish_parts
-from ihsweep import layout
 from ihsweep.analysis import frontier
 from ihsweep.analysis.lawfit import QUANTITIES, fit_law, fit_table
 from ihsweep.analysis.markov import SETTING_KEYS, setting_cells
+from ihsweep.files import layout
 from ihsweep.report import findings
 from ihsweep.report.findings import law_findings
 from ihsweep.report.rst import NB_HYPHEN
 from ihsweep.report.tables import law_fit, markov_emergence, natural_emergence
-from ihsweep.validate import prepare
+from ihsweep.steps.prepare import prepare
 from jinja2 import Environment
 
 # The aggregates of the test studies, which keep the schema's default name (`study`).
@@ -699,7 +699,7 @@ def test_markov_findings_state_each_experiments_own_runs(tmp_path):
 
 
 def test_a_damaged_run_record_is_named_with_its_fix(tmp_path):
-    from ihsweep.io import DamagedFile
+    from ihsweep.files.io import DamagedFile
     from ihsweep.report.trained import read_records
 
     path = run_record(tmp_path, "kjv/w64/B8-C16-s0", 8_000_000, 0.002)

@@ -34,8 +34,8 @@ import pytest
 import torch
 import yaml
 from conftest import REPO, job_stats, study_text
-from ihsweep import layout
 from ihsweep.config import Run, StudyPaths
+from ihsweep.files import layout
 from ihsweep.training.checkpoints import list_checkpoints
 from ihsweep.training.weights import load_weights
 from slurm_cluster import LocalSlurm, missing_requirements
@@ -118,7 +118,7 @@ def run_at(ctx: int) -> Run:
 
 def paths_of(workdir: Path) -> StudyPaths:
     """The keyed paths of the study in ``workdir``'s config.yaml."""
-    from ihsweep.validate import prepare
+    from ihsweep.steps.prepare import prepare
 
     return StudyPaths(prepare(yaml.safe_load((workdir / "config.yaml").read_text())))
 

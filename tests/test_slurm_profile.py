@@ -14,7 +14,7 @@ import yaml
 from conftest import REPO, job_stats
 from ihsweep.config import Run
 from ihsweep.cost.study import StudyCost
-from ihsweep.validate import prepare
+from ihsweep.steps.prepare import prepare
 
 pytestmark = pytest.mark.slow
 

@@ -2,7 +2,7 @@
 
 The runs' files are written here for real in the layout the workflow writes: ``progress.json``
 by the training loop's own writer (``write_progress``), checkpoints, run.json and probe tables
-where the workflow puts them (``ihsweep.layout``): a finished, probed run; a trained one; a
+where the workflow puts them (``ihsweep.files.layout``): a finished, probed run; a trained one; a
 running one; an interrupted one; a failed one with its error; one that said running and then
 went silent (killed); one not started. With an emergence table and a law fit, the table must
 say exactly that. Runs that ended early (stopped once emergence was confirmed, or diverged) and
@@ -23,10 +23,16 @@ import pandas as pd
 import pytest
 import yaml
 from conftest import SCHEMA, write_chunks
-from ihsweep import layout
 from ihsweep.config import Run, StudyPaths, load_configfiles
-from ihsweep.provenance import STUDY_JSON, StudyClaim, claim_clash, config_sha256, write_claim
-from ihsweep.records import read_progress, write_progress
+from ihsweep.files import layout
+from ihsweep.files.records import read_progress, write_progress
+from ihsweep.report.provenance import (
+    STUDY_JSON,
+    StudyClaim,
+    claim_clash,
+    config_sha256,
+    write_claim,
+)
 from ihsweep.status import main, run_state, status_table, totals
 from ihsweep.status.command import CLEAR, watch
 from ihsweep.status.live import (
@@ -38,7 +44,7 @@ from ihsweep.status.live import (
     study_eta_line,
     study_remaining,
 )
-from ihsweep.validate import prepare
+from ihsweep.steps.prepare import prepare
 
 # The aggregates of the test studies, which keep the schema's default name (`study`).
 NATURAL = layout.natural_dir("default")

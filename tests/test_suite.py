@@ -17,16 +17,16 @@ import yaml
 transformers = pytest.importorskip("transformers")
 
 from conftest import REPO, job_stats, run_study, snakemake  # noqa: E402
-from ihsweep import layout  # noqa: E402
 from ihsweep.config import ConfigError  # noqa: E402
 from ihsweep.config.revisions import PYTHIA_REVISIONS  # noqa: E402
 from ihsweep.cost.report import cost_report  # noqa: E402
+from ihsweep.files import layout  # noqa: E402
 from ihsweep.probing.hf import load_revision  # noqa: E402
 from ihsweep.probing.run import HEAD_COLUMNS, MODEL_COLUMNS, RECORD_COLUMNS  # noqa: E402
 from ihsweep.probing.scores import make_probe_batch  # noqa: E402
 from ihsweep.probing.suite import revision_step  # noqa: E402
 from ihsweep.steps import probe_suite as step  # noqa: E402
-from ihsweep.validate import prepare  # noqa: E402
+from ihsweep.steps.prepare import prepare  # noqa: E402
 from test_hf import PROBE, REVISIONS, C, V, reference_scores, save_revisions, tiny  # noqa: E402
 
 # The aggregates of the test studies, which keep the schema's default name (`study`).

@@ -1,5 +1,5 @@
 """The checks of checkpoint suites made before any job (``ihsweep.probing.suite.check_suite``,
-through ``ihsweep.validate.prepare`` and a real ``snakemake -n``): a local suite without a
+through ``ihsweep.steps.prepare.prepare`` and a real ``snakemake -n``): a local suite without a
 tokenizer and without ``vocab_size``, a context longer than the revisions' positions, revisions
 of mixed architectures (local folders, and hub revisions in the Hugging Face cache); and the
 planning note that a hub suite downloads its revisions, with the key that points it at local
@@ -17,7 +17,7 @@ transformers = pytest.importorskip("transformers")
 
 from conftest import REPO, job_stats, snakemake  # noqa: E402
 from ihsweep.config import ConfigError  # noqa: E402
-from ihsweep.validate import prepare  # noqa: E402
+from ihsweep.steps.prepare import prepare  # noqa: E402
 from test_hf import PROBE, REVISIONS, C, V, save_revisions, tiny  # noqa: E402
 
 B = 8

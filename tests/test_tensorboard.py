@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from ihsweep import layout
 from ihsweep.config import complete, probe_key
-from ihsweep.records import LR, SPEED, TRAIN_LOSS, VAL_LOSS, event_files, read_scalars
+from ihsweep.files import layout
+from ihsweep.files.records import LR, SPEED, TRAIN_LOSS, VAL_LOSS, event_files, read_scalars
 from ihsweep.steps import probe as probe_command
 from ihsweep.training.loop import train
 from tbparse import SummaryReader

@@ -34,16 +34,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import REPO, SCHEMA, write_chunks
-from ihsweep import cost, layout
-from ihsweep import records as run_records
+from ihsweep import cost
 from ihsweep.analysis.emergence import run_point
 from ihsweep.config import ConfigError, execution_of, probe_key
 from ihsweep.data.chunks import open_chunks
-from ihsweep.io import DamagedFile, read_parquet_key, write_parquet
-from ihsweep.layout import PROGRESS_JSON
+from ihsweep.files import layout
+from ihsweep.files import records as run_records
+from ihsweep.files.io import DamagedFile, read_parquet_key, write_parquet
+from ihsweep.files.layout import PROGRESS_JSON
+from ihsweep.files.records import read_progress, read_run
 from ihsweep.probing.run import probe_run
-from ihsweep.records import read_progress, read_run
 from ihsweep.steps import train as train_command
+from ihsweep.steps.prepare import prepare
 from ihsweep.steps.train import EXIT_INTERRUPTED
 from ihsweep.training import loop
 from ihsweep.training.checkpoints import list_checkpoints
@@ -56,7 +58,6 @@ from ihsweep.training.sampler import ChunkSampler
 from ihsweep.training.schedule import lr_at
 from ihsweep.training.step import batch_loss, clip_gradients, next_token_loss, train_step
 from ihsweep.training.weights import save_checkpoint
-from ihsweep.validate import prepare
 from safetensors import safe_open
 from safetensors.torch import load_file
 
@@ -119,7 +120,8 @@ def make_spec(
     model: dict | None = None,
     **training,
 ) -> dict:
-    """Study.train_spec of a one-run study, through ihsweep.validate.prepare (defaults filled)."""
+    """Study.train_spec of a one-run study, through ihsweep.steps.prepare.prepare (defaults
+    filled)."""
     config = toy_config(
         batch=B,
         checkpoint_tokens=[k * B * C for k in range(every, steps + 1, every)],

@@ -5,8 +5,8 @@ two busy cores: KJV, a 512-type BPE, a 2x2 grid of B x C plus one wider model, a
 d=32 models, 60k tokens per run), then runs Snakemake again and dry-runs config changes (one
 analysis setting; only execution settings, in a configfile and as --set-threads and
 --set-resources), a copy of the checkout with one module edited and one with two rules' commands
-reworded, before any test looks. Paths are ``ihsweep.layout``'s. The tests inspect what it left;
-only the probe-cache test changes the folder, and it runs last.
+reworded, before any test looks. Paths are ``ihsweep.files.layout``'s. The tests inspect what it
+left; only the probe-cache test changes the folder, and it runs last.
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ import pytest
 import torch
 import yaml
 from conftest import REPO, job_stats, logs_of, mtimes, run_study, snakemake, study_text
-from ihsweep import layout
 from ihsweep.config import StudyPaths
+from ihsweep.files import layout
 from ihsweep.probing.metrics import HEAD_MAXIMA, HEAD_SCORES
-from ihsweep.provenance import STUDY_JSON
+from ihsweep.report.provenance import STUDY_JSON
+from ihsweep.steps.prepare import prepare
 from ihsweep.training.checkpoints import read_checkpoint
 from ihsweep.training.model import GPT, GPTConfig
 from ihsweep.training.weights import load_checkpoint_weights
-from ihsweep.validate import prepare
 
 # The aggregates of the test studies, which keep the schema's default name (`study`).
 NATURAL = layout.natural_dir("default")

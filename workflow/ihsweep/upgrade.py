@@ -36,10 +36,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ihsweep import layout
 from ihsweep.config import Run, Study, StudyPaths, add_configfile, study_of_files
-from ihsweep.io import holds_key
-from ihsweep.provenance import run_sha256
+from ihsweep.files import layout
+from ihsweep.files.io import holds_key
+from ihsweep.report.provenance import run_sha256
 from ihsweep.training.checkpoints import list_checkpoints
 
 

@@ -1,5 +1,5 @@
 # Validation, wildcard constraints and the input functions that the rules call. No rules here.
-# Paths come from ihsweep.layout, the one home of the results/ layout.
+# Paths come from ihsweep.files.layout, the one home of the results/ layout.
 import dataclasses
 import json
 import os
@@ -8,11 +8,13 @@ import sys
 # `report` alone is a keyword of a Snakefile: the function goes by another name here.
 from snakemake.io import report as report_output
 
-from ihsweep import cost, layout
+from ihsweep import cost
+
+from ihsweep.files import layout
 from ihsweep.config import EXECUTION, ConfigError, Run, StudyPaths
 from ihsweep.config.execution import rule_flags, rule_resources
 from ihsweep.cost.study import StudyCost
-from ihsweep.provenance import (
+from ihsweep.report.provenance import (
     StudyClaim,
     claim_clash,
     code_sha256,
@@ -20,7 +22,7 @@ from ihsweep.provenance import (
     run_sha256,
     write_claim,
 )
-from ihsweep.validate import prepare
+from ihsweep.steps.prepare import prepare
 
 try:
     STUDY = prepare(config)
@@ -73,7 +75,7 @@ def section_json(name):
 
 
 def input_dir(wildcards, input):
-    """The folder of a rule's first input (ihsweep.layout's), for steps that read a folder."""
+    """The folder of a rule's first input (ihsweep.files.layout's), for steps that read a folder."""
     return os.path.dirname(input[0])
 
 
@@ -132,8 +134,8 @@ def chunk_source(wildcards):
     """What a dataset's chunks are cut or drawn from: natural tokens or a Markov chain."""
     data = checked_dataset(wildcards)
     if STUDY.config["datasets"][data]["family"] == "markov":
-        return f"{PATHS.chain_dir(STUDY.grid_of(data))}/chain.json"
-    return f"{PATHS.dataset_dir(data)}/tokens.json"
+        return PATHS.chain_file(layout.CHAIN_JSON, STUDY.grid_of(data))
+    return PATHS.dataset_file(layout.TOKENS_JSON, data)
 
 
 def chain_spec_json(wildcards):
@@ -148,7 +150,7 @@ def chain_source(wildcards):
     """A bigram chain counts the tokens of its natural source; a synthetic one reads nothing."""
     chain = STUDY.chain_spec(wildcards.grid)
     if chain["kind"] == "bigram":
-        return f"{PATHS.dataset_dir(chain['source'])}/tokens.json"
+        return PATHS.dataset_file(layout.TOKENS_JSON, chain["source"])
     return []
 
 
@@ -160,7 +162,7 @@ def chain_source_flag(wildcards, input):
 def run_chunks(wildcards):
     """The chunks a run trains on."""
     run = checked_run(wildcards)
-    return f"{PATHS.chunk_dir(run.data, run.context_size)}/chunks.json"
+    return PATHS.chunk_file(layout.CHUNKS_JSON, run.data, run.context_size)
 
 
 def train_spec_json(wildcards):
@@ -264,7 +266,7 @@ def run_records(family):
 def markov_chunk_metas():
     runs = STUDY.runs_of_family("markov")
     return sorted(
-        {f"{PATHS.chunk_dir(r.data, r.context_size)}/chunks.json" for r in runs}
+        {PATHS.chunk_file(layout.CHUNKS_JSON, r.data, r.context_size) for r in runs}
     )
 
 
@@ -315,7 +317,7 @@ def report_table(path, caption, category, label):
 def report_figures(stems, folder, category, caption_of, label_of):
     return [
         report_output(
-            f"{folder}/figures/{stem}.png",
+            layout.figure_file(stem, folder),
             caption=f"../report/{caption_of(stem)}.rst",
             category=category,
             subcategory="Figures",

@@ -6,7 +6,7 @@
 
 rule tokenize:
     output:
-        [f"{layout.dataset_dir()}/{name}" for name in layout.TOKENIZE_FILES],
+        [layout.dataset_file(name) for name in layout.TOKENIZE_FILES],
     log:
         layout.log("tokenize", layout.keyed("{data}", "{dkey}")),
     conda:
@@ -26,7 +26,7 @@ rule chunk:
     input:
         chunk_source,
     output:
-        [f"{layout.chunk_dir()}/{name}" for name in layout.CHUNK_FILES],
+        [layout.chunk_file(name) for name in layout.CHUNK_FILES],
     log:
         layout.log("chunk", layout.keyed("{data}", "{dkey}"), "C{ctx}"),
     conda:
@@ -46,7 +46,7 @@ rule chain:
     input:
         chain_source,
     output:
-        [f"{layout.chain_dir()}/{name}" for name in layout.CHAIN_FILES],
+        [layout.chain_file(name) for name in layout.CHAIN_FILES],
     log:
         layout.log("chain", layout.keyed("{grid}", "{ckey}")),
     conda:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ihsweep.io import DamagedFile
+from ihsweep.files.io import DamagedFile
 
 # duplicates.csv, one row per group (ihsweep.probing.fingerprints.duplicate_groups writes it)
 DUPLICATE_COLUMNS = ["suite", "kind", "revisions", "steps", "n_tensors", "tensors", "line"]

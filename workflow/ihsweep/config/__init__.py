@@ -17,7 +17,7 @@
   config, ``read_study`` (schema, checks, ``Study``) and the command-line tools' config files.
 
 This package imports nothing of ihsweep's but ``layout``: the checks that need the data,
-probing and cost layers are ``ihsweep.validate``'s, whose ``prepare`` the Snakefile calls.
+probing and cost layers are ``ihsweep.steps.prepare``'s, whose ``prepare`` the Snakefile calls.
 """
 
 from ihsweep.config.checks import (

@@ -2,7 +2,7 @@
 
 ``read_study`` runs the schema (``ihsweep.config.schema``), then these checks (names that must
 exist, sizes that must fit, the law ``checkpoints.densify`` reads), and builds the ``Study``.
-Checks that need the data, probing or cost layers live above them, in ``ihsweep.validate``.
+Checks that need the data, probing or cost layers live above them, in ``ihsweep.steps.prepare``.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ LAW_FIX = "run the pilot study first, or give checkpoints.densify.law: {a, b, lo
 def read_study(config: dict, schema: str | Path = SCHEMA) -> Study:
     """Validate ``config`` against the schema (filling in defaults, in place) and by the checks
     that need nothing but the config, and derive the study from it. Raises ConfigError with a
-    one-line message at the first problem found. ``ihsweep.validate.prepare`` adds the checks
+    one-line message at the first problem found. ``ihsweep.steps.prepare.prepare`` adds the checks
     that need the data, probing and cost layers; a tool that only reads a study's results
     (status, cost) needs no more than this."""
     problem = first_schema_problem(config, load_schema(schema))

@@ -1,7 +1,7 @@
 """Where a study's files are: each folder keyed by the settings that decide its files.
 
-``StudyPaths(study)`` (``study.paths``) gives every concrete path of ``ihsweep.layout`` for one
-study. A folder's key is ``layout.settings_key`` of what decides its files, and of the keys of
+``StudyPaths(study)`` (``study.paths``) gives every concrete path of ``ihsweep.files.layout`` for
+one study. A folder's key is ``layout.settings_key`` of what decides its files, and of the keys of
 the folders it reads, so a change upstream moves everything downstream to new folders:
 
 ==========  ============================================================================
@@ -26,12 +26,12 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from ihsweep import layout
 from ihsweep.config.study import Run, Study
+from ihsweep.files import layout
 
 
 class StudyPaths:
-    """Every folder and file of one study, keyed (``ihsweep.layout`` gives the shapes)."""
+    """Every folder and file of one study, keyed (``ihsweep.files.layout`` gives the shapes)."""
 
     def __init__(self, study: Study):
         self.study = study
@@ -89,6 +89,15 @@ class StudyPaths:
 
     def chain_dir(self, grid: str) -> str:
         return layout.chain_dir(grid, self.chain_key(grid))
+
+    def dataset_file(self, name: str, data: str) -> str:
+        return layout.dataset_file(name, data, self.dataset_key(data))
+
+    def chunk_file(self, name: str, data: str, context: int) -> str:
+        return layout.chunk_file(name, data, self.dataset_key(data), context)
+
+    def chain_file(self, name: str, grid: str) -> str:
+        return layout.chain_file(name, grid, self.chain_key(grid))
 
     def run_dir(self, run: Run) -> str:
         return layout.run_dir(run, self.run_key(run))

@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from ihsweep import layout
 from ihsweep.config.schema import ConfigError, as_list, load_schema
+from ihsweep.files import layout
 
 GPT2_VOCAB_SIZE = 50257
 MODEL_KEYS = ("n_layer", "n_head", "d_model", "mlp", "n_ctx")
@@ -239,7 +239,8 @@ class Study:
 
     @property
     def name(self) -> str:
-        """The config's ``study``: the name of the folder of its aggregates (``ihsweep.layout``)."""
+        """The config's ``study``: the name of the folder of its aggregates
+        (``ihsweep.files.layout``)."""
         return self.config["study"]
 
     def training(self, run: Run) -> dict:

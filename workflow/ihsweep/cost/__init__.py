@@ -9,7 +9,7 @@ early stop, the walltime it asks a cluster for, and the disk its checkpoints tak
 totals of both budgets. A study that trains on the CPU is shown in core-hours and host memory.
 Everything here is arithmetic (no torch, no config): the trainer uses it to pick its
 micro-batch and loss chunks; ``ihsweep.cost.study`` applies it to a study's runs, which
-``ihsweep.validate`` uses to refuse, before any job starts, a cell that does not fit in memory
+``ihsweep.steps.prepare`` uses to refuse, before any job starts, a cell that does not fit in memory
 even one sequence at a time, and the rules for each job's runtime and memory;
 ``ihsweep.cost.report`` is the table (``python -m ihsweep.cost``).
 

@@ -2,7 +2,7 @@
 
 ``StudyCost(study)`` takes the profile of the study's ``execution`` section
 (``ihsweep.cost.device_profile``; or one given, as the report's CPU view does). The rules ask
-it for each job's runtime; ``ihsweep.validate`` for each run's memory; the cost report for its
+it for each job's runtime; ``ihsweep.steps.prepare`` for each run's memory; the cost report for its
 rows.
 """
 

@@ -98,7 +98,7 @@ from pathlib import Path
 import numpy as np
 
 from ihsweep.data.markov import stationary_distribution
-from ihsweep.io import RERUN, DamagedFile, atomic_path, read_json_file, write_json
+from ihsweep.files.io import RERUN, DamagedFile, atomic_path, read_json_file, write_json
 
 CHAIN_FORMAT = "ihsweep.markov.chain/1"
 CHAIN_JSON = "chain.json"

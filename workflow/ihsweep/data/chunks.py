@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ihsweep.io import DamagedFile, file_sha256, read_json_file, write_json
+from ihsweep.files.io import DamagedFile, file_sha256, read_json_file, write_json
 
 CHUNKS_JSON = "chunks.json"
 CHECKSUMS_JSON = "checksums.json"

@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from ihsweep.io import set_flags
+from ihsweep.files.io import set_flags
 
 TEXT_SUFFIXES = (".txt", ".text", ".md")
 JSONL_SUFFIXES = (".jsonl", ".jsonlines", ".ndjson")

@@ -19,7 +19,7 @@ import numpy as np
 from ihsweep.data import markov, markov_generator, markov_measure
 from ihsweep.data.chains import load_chain
 from ihsweep.data.chunks import CHUNKS_JSON, SPLITS, token_dtype, write_checksums
-from ihsweep.io import atomic_path, write_json
+from ihsweep.files.io import atomic_path, write_json
 
 CHUNKS_FORMAT = "ihsweep.markov.chunks/1"
 

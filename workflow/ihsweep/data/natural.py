@@ -60,7 +60,7 @@ from ihsweep.data.chunks import (
     token_dtype,
     write_checksums,
 )
-from ihsweep.io import DamagedFile, atomic_path, file_sha256, read_json_file, write_json
+from ihsweep.files.io import DamagedFile, atomic_path, file_sha256, read_json_file, write_json
 
 TOKENS_FORMAT = "ihsweep.natural.tokens/1"
 CHUNKS_FORMAT = "ihsweep.natural.chunks/1"

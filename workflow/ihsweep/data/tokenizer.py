@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 from tokenizers import ByteLevelBPETokenizer, Tokenizer
 
-from ihsweep.io import atomic_path
+from ihsweep.files.io import atomic_path
 
 EOT = "<|endoftext|>"
 BPE_MIN_FREQUENCY = 2  # a merge must occur at least twice in the corpus

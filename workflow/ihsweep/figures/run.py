@@ -9,7 +9,7 @@ on the right axis, and the run's emergence point (``ihsweep.analysis.emergence.r
 the study's settings, so it is the point of the aggregate tables) and its interval. Right: PS of
 every (layer, head) at every checkpoint, so one sees which heads became induction heads and
 when. Writes ``<out>.png`` and ``<out>.pdf`` (``ihsweep.figures.style.save_figure``:
-byte-identical reruns) and ``provenance.json`` beside them (``ihsweep.provenance``).
+byte-identical reruns) and ``provenance.json`` beside them (``ihsweep.report.provenance``).
 
 How the run ended comes from its model table's ``outcome`` columns (``completed`` when the
 table predates them): a run stopped early once its emergence was confirmed, or one that

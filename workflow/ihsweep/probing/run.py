@@ -29,9 +29,16 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ihsweep import layout
 from ihsweep.config import probe_key
-from ihsweep.io import RERUN, DamagedFile, file_sha256, read_cached, read_json_file, write_parquet
+from ihsweep.files import layout
+from ihsweep.files.io import (
+    RERUN,
+    DamagedFile,
+    file_sha256,
+    read_cached,
+    read_json_file,
+    write_parquet,
+)
 from ihsweep.probing.metrics import EMERGENCE_METRICS, HEAD_MAXIMA, HEAD_SCORES
 from ihsweep.probing.scores import make_probe_batch, probe_model
 from ihsweep.training.checkpoints import list_checkpoints, verify_checkpoint

@@ -46,14 +46,14 @@ from pathlib import Path
 import pandas as pd
 
 from ihsweep.config.revisions import revision_names
-from ihsweep.io import set_flags
+from ihsweep.files.io import set_flags
+from ihsweep.files.layout import EXPORT_SPEC
 
 OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 _LAST_NUMBER = re.compile(r"(\d+)\D*$")
 
 
-# Written by ihsweep.export beside an exported checkpoint's weights: the run's metadata.
-EXPORT_SPEC = "ihsweep_spec.json"
+# Written by ihsweep.training.hf_export beside an exported checkpoint's weights: the run's metadata.
 # Each revision's fingerprints are cached in <cache_dir>/fingerprints/<revision>.parquet.
 FINGERPRINT_CACHE = "fingerprints"
 
@@ -303,7 +303,7 @@ def _revision_tables(
     import torch
     from safetensors import SafetensorError
 
-    from ihsweep.io import read_cached, write_parquet
+    from ihsweep.files.io import read_cached, write_parquet
     from ihsweep.probing import fingerprints
     from ihsweep.probing.hf import load_revision
 

@@ -38,10 +38,10 @@ from types import MappingProxyType
 
 import pandas as pd
 
-from ihsweep import layout
 from ihsweep.analysis import frontier
 from ihsweep.analysis.markov import SETTING_KEYS
-from ihsweep.io import RERUN, atomic_path, read_json_file
+from ihsweep.files import layout
+from ihsweep.files.io import RERUN, atomic_path, read_json_file
 from ihsweep.report import rst, trained
 from ihsweep.report.tables import left_out
 

@@ -27,7 +27,7 @@ import pandas as pd
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from ihsweep.analysis.frontier import format_tokens
-from ihsweep.io import atomic_path
+from ihsweep.files.io import atomic_path
 
 # What each quantity of ``ihsweep.analysis.lawfit.fit_table`` means, for the report's reader.
 FIT_MEANING = {

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
-from ihsweep.io import RERUN, read_json_file
+from ihsweep.files.io import RERUN, read_json_file
 
 NOT_RECORDED = "not recorded"
 # The columns of the environments table, each a function of one ``environment`` object. Of the

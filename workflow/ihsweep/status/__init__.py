@@ -14,7 +14,7 @@ command is typed.
 
 **Which study.** The first line names the study reported, why that one, its config files, the
 folder it runs in and when it started. Every study the workflow started records these in
-``results/studies/<study>/study.json`` (``ihsweep.provenance.StudyClaim``). With
+``results/studies/<study>/study.json`` (``ihsweep.report.provenance.StudyClaim``). With
 ``--configfile`` (and ``--config``, as Snakemake's), status reports the study of those files;
 with ``--study NAME``, the study recorded under that name, read from its recorded config files.
 With neither, it lists the recorded studies (running or not) and reports the running one
@@ -37,7 +37,7 @@ study of config.yaml, saying so (``ihsweep.status.studies``).
   updated for longer than ``--active-minutes`` (killed; read its log);
 - ``missing``: not started.
 
-Each run's state comes from its ``progress.json`` (``ihsweep.records.write_progress``) and
+Each run's state comes from its ``progress.json`` (``ihsweep.files.records.write_progress``) and
 its completion record ``run.json``; nothing here reads the training log. **Columns** (of
 ``--csv``; the printed table shows them shortened):
 

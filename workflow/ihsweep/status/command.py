@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ihsweep.config import add_configfile, study_of_files
-from ihsweep.provenance import StudyClaim
+from ihsweep.report.provenance import StudyClaim
 from ihsweep.status.duplicates import duplicate_lines
 from ihsweep.status.live import CostEstimate, study_eta_line, study_remaining
 from ihsweep.status.studies import (

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ihsweep import layout
 from ihsweep.analysis.duplicates import read_duplicates
 from ihsweep.config import Study, StudyPaths
-from ihsweep.io import DamagedFile
+from ihsweep.files import layout
+from ihsweep.files.io import DamagedFile
 
 
 def duplicate_lines(study: Study, root: Path) -> list[str]:

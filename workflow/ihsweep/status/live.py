@@ -2,7 +2,7 @@
 ETA, and the study's ETA over its unfinished runs.
 
 A run's speed is the one its ``progress.json`` records (tokens per second over the window
-before its last record, ``ihsweep.records.write_progress``). A run that has no
+before its last record, ``ihsweep.files.records.write_progress``). A run that has no
 recorded speed (not started, or stopped before its first progress line) is estimated by the
 cost model (``ihsweep.cost``, the table ``python -m ihsweep.cost`` prints). The study's ETA
 counts training only (probing and aggregates take seconds to minutes per run) and runs every
@@ -19,7 +19,7 @@ from pathlib import Path
 from ihsweep.config import Run, Study, StudyPaths
 from ihsweep.cost.report import format_eta, shown_cost
 from ihsweep.cost.study import StudyCost
-from ihsweep.records import read_progress
+from ihsweep.files.records import read_progress
 
 MEASURED, COST_MODEL = "measured", "cost model"
 ENDED = ("done", "trained", "diverged")  # states of a run whose training is over

@@ -1,7 +1,7 @@
 """Which study ``python -m ihsweep.status`` reports: the studies a ``results/`` records.
 
 Every study the workflow started has ``results/studies/<study>/study.json``
-(``ihsweep.provenance.StudyClaim``): its config files, the folder it ran in and when it last
+(``ihsweep.report.provenance.StudyClaim``): its config files, the folder it ran in and when it last
 started. A study is running when one of its runs is (a fresh ``progress.json``, as the table's
 ``running`` state). Without ``--configfile`` or ``--study``, status reports the running study;
 with several, the one started last; with none, the default study of ``config.yaml``.
@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ihsweep import layout
 from ihsweep.config import ConfigError, Study, StudyPaths, load_configfiles, read_study
-from ihsweep.provenance import STUDY_JSON, StudyClaim, config_sha256
-from ihsweep.records import read_progress
+from ihsweep.files import layout
+from ihsweep.files.records import read_progress
+from ihsweep.report.provenance import STUDY_JSON, StudyClaim, config_sha256
 from ihsweep.status.table import run_state
 
 DEFAULT_CONFIG = Path("config.yaml")

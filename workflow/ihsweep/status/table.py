@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from ihsweep import layout
 from ihsweep.analysis.emergence import predicted_within
 from ihsweep.analysis.lawfit import predict_updates
 from ihsweep.config import Run, Study, StudyPaths
-from ihsweep.io import RERUN
-from ihsweep.records import progress_json, read_progress, read_run, run_json
+from ihsweep.files import layout
+from ihsweep.files.io import RERUN
+from ihsweep.files.records import progress_json, read_progress, read_run, run_json
 from ihsweep.status.live import ENDED, format_duration, run_eta, run_speed
 from ihsweep.training.checkpoints import list_checkpoints
 

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ihsweep.io import DamagedFile, json_arg
+from ihsweep.files.io import DamagedFile, json_arg
 
 
 def reports_damage(main: Callable[..., int]) -> Callable[..., int]:

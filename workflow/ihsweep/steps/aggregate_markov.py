@@ -8,7 +8,7 @@ docs/method.md#data-families).
 
 Reads the chunk sidecars of the runs' datasets (``--chunk-metas``, each in its
 ``layout.chunk_dir``) for the generator's measured statistics and writes
-``ihsweep.layout.markov_outputs``:
+``ihsweep.files.layout.markov_outputs``:
 
 - ``emergence.csv`` (``ihsweep.analysis.markov.run_table``) and ``emergence.html``;
 - ``cells.csv`` (``setting_cells``) and ``generator.csv`` (``generator_table``);
@@ -17,7 +17,7 @@ Reads the chunk sidecars of the runs' datasets (``--chunk-metas``, each in its
 - the figures of ``layout.markov_figures`` (PNG and PDF): ``frontier-<setting>`` (experiment 2),
   ``properties`` (experiment 3: cells pool the runs of every model, B and C with the same
   properties and (f, r)) and ``generator`` (measured vs requested f and r);
-- ``provenance.json``: config hash, code version, run ids (``ihsweep.provenance``).
+- ``provenance.json``: config hash, code version, run ids (``ihsweep.report.provenance``).
 """
 
 from __future__ import annotations
@@ -26,16 +26,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from ihsweep import layout
 from ihsweep.analysis import frontier
 from ihsweep.analysis.emergence import emergence_table
 from ihsweep.analysis.markov import SETTING_KEYS, generator_table, run_table, setting_cells
 from ihsweep.config import complete
 from ihsweep.data.chunks import read_chunks_json
 from ihsweep.figures import markov as figures
-from ihsweep.io import atomic_path, json_arg, read_probe_table, write_json
-from ihsweep.provenance import write_provenance
+from ihsweep.files import layout
+from ihsweep.files.io import atomic_path, json_arg, read_probe_table, write_json
 from ihsweep.report import findings, trained
+from ihsweep.report.provenance import write_provenance
 from ihsweep.report.tables import markov_emergence, write_page
 from ihsweep.steps import _args
 

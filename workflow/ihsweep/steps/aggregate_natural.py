@@ -10,10 +10,10 @@ Reads the per-run model-level probe tables (without the checkpoint suites' dupli
         --emergence '<emergence JSON>' --lawfit '<lawfit JSON>' \
         --out-dir results/studies/default/natural
 
-It writes ``ihsweep.layout.natural_outputs(out_dir)``: the emergence table (CSV, one row per
+It writes ``ihsweep.files.layout.natural_outputs(out_dir)``: the emergence table (CSV, one row per
 run), the fit (JSON, indent 2, sorted keys, no NaN) and the same as a table (CSV), both tables
 as HTML pages for the report, the figures ``layout.NATURAL_FIGURES`` as PNG and PDF, and
-``provenance.json`` (``ihsweep.provenance``). Deterministic for fixed inputs and seed.
+``provenance.json`` (``ihsweep.report.provenance``). Deterministic for fixed inputs and seed.
 """
 
 from __future__ import annotations
@@ -23,15 +23,15 @@ from pathlib import Path
 
 import pandas as pd
 
-from ihsweep import layout
 from ihsweep.analysis.duplicates import fitted_revisions, mark_undetermined, read_duplicates
 from ihsweep.analysis.emergence import emergence_table
 from ihsweep.analysis.lawfit import fit_law, fit_table
 from ihsweep.config import complete
 from ihsweep.figures import natural as figures
-from ihsweep.io import atomic_path, read_probe_table, write_json
-from ihsweep.provenance import write_provenance
+from ihsweep.files import layout
+from ihsweep.files.io import atomic_path, read_probe_table, write_json
 from ihsweep.report import findings, tables, trained
+from ihsweep.report.provenance import write_provenance
 from ihsweep.steps import _args
 
 

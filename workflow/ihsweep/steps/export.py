@@ -1,5 +1,5 @@
 """Rule ``export``: one checkpoint of a run as a Hugging Face GPT-2 model folder
-(``ihsweep.export``).
+(``ihsweep.training.hf_export``).
 
     python -m ihsweep.steps.export results/runs/<run id> OUT_DIR [--step N]
     python -m ihsweep.steps.export results/runs/<run id>/ckpt/step_000500.json OUT_DIR
@@ -13,8 +13,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ihsweep.export import export_checkpoint, find_checkpoint
 from ihsweep.steps import _args
+from ihsweep.training.hf_export import export_checkpoint, find_checkpoint
 
 
 @_args.reports_damage

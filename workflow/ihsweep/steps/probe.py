@@ -15,7 +15,7 @@ import torch
 
 from ihsweep.config import complete
 from ihsweep.config.execution import add_flags, flags_execution
-from ihsweep.io import write_parquet
+from ihsweep.files.io import write_parquet
 from ihsweep.probing.run import probe_run, read_run_record, with_run_record, write_events
 from ihsweep.steps import _args
 from ihsweep.training.execution import pick_device

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import torch
 
-from ihsweep import layout
 from ihsweep.config import complete
 from ihsweep.config.execution import add_flags, flags_execution
-from ihsweep.io import atomic_path, json_arg, write_parquet
+from ihsweep.files import layout
+from ihsweep.files.io import atomic_path, json_arg, write_parquet
 from ihsweep.probing.fingerprints import duplicate_groups
 from ihsweep.probing.suite import SuiteError, probe_suite
 from ihsweep.report.tables import suite_duplicates, write_page

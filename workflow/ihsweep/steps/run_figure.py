@@ -12,9 +12,9 @@ from pathlib import Path
 from ihsweep.analysis.emergence import run_point
 from ihsweep.config import complete
 from ihsweep.figures.run import plot_run
-from ihsweep.io import read_probe_table
-from ihsweep.layout import PROBE_TABLES
-from ihsweep.provenance import write_provenance
+from ihsweep.files.io import read_probe_table
+from ihsweep.files.layout import PROBE_TABLES
+from ihsweep.report.provenance import write_provenance
 from ihsweep.steps import _args
 
 
@@ -24,7 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--probes", required=True, type=Path, help="a run's probes/ folder")
     _args.add_spec(p, "--emergence", "emergence", required=False)
     p.add_argument("--out", required=True, type=Path, help="output stem (no suffix)")
-    p.add_argument("--run-sha256", help="the run's hash (ihsweep.provenance), for provenance.json")
+    p.add_argument(
+        "--run-sha256", help="the run's hash (ihsweep.report.provenance), for provenance.json"
+    )
     args = p.parse_args(argv)
     spec = complete("emergence", args.emergence)
     heads, model = (read_probe_table(args.probes / f"{name}.parquet") for name in PROBE_TABLES)

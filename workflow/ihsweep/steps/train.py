@@ -17,10 +17,10 @@ import sys
 from pathlib import Path
 
 from ihsweep.config.execution import add_flags, flags_execution
-from ihsweep.early_stop import stop_rule_of
-from ihsweep.io import json_arg
-from ihsweep.lease import EXPIRE_SECONDS, LeaseHeld, LeaseLost
+from ihsweep.files.io import json_arg
+from ihsweep.files.lease import EXPIRE_SECONDS, LeaseHeld, LeaseLost
 from ihsweep.steps import _args
+from ihsweep.steps.stop_rule import stop_rule_of
 from ihsweep.training.loop import train
 from ihsweep.training.progress import terminal_output
 from ihsweep.training.stops import Interrupted

@@ -26,9 +26,9 @@ import hashlib
 import json
 from pathlib import Path
 
-from ihsweep.io import DamagedFile, file_sha256
+from ihsweep.files.io import DamagedFile, file_sha256
 
-__all__ = ["DamagedFile", "file_sha256"]  # their home is ihsweep.io; imported from here too
+__all__ = ["DamagedFile", "file_sha256"]  # their home is ihsweep.files.io; imported from here too
 
 # Training again from the newest good state before a damaged checkpoint rewrites it with the
 # same bits (ihsweep.training.resume); `snakemake --forcerun <run.json>` does it for a finished

@@ -8,7 +8,7 @@ They are derived: no step reads them, and each writer can make them again from t
 - ``write_probe_events``, the probe step's (``layout.probe_events_dir``): rewritten whole from
   the model table at every probe run, so a rerun never adds a second copy.
 
-Where they lie, their tags and how they read are ``ihsweep.records``'. A resumed session drops
+Where they lie, their tags and how they read are ``ihsweep.files.records``'. A resumed session drops
 what the session before it wrote after the state it resumes from, as ``LossLog.start`` drops
 rows of ``loss.csv``: it rewrites the older files without those events,
 so that every reader sees each step once (tbparse too, which reads file by file), and opens its
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ihsweep.records import (
+from ihsweep.files.records import (
     LR,
     PROBE_PREFIX,
     SPEED,

@@ -17,7 +17,7 @@ import torch
 
 from ihsweep import cost
 from ihsweep.config import Execution
-from ihsweep.io import read_json_file
+from ihsweep.files.io import read_json_file
 from ihsweep.training.model import GPTConfig
 from ihsweep.training.step import StepPath
 

@@ -11,7 +11,7 @@ beside it, each testable alone:
 - why a run stops before its budget: signals, divergence, a stop rule handed in (``stops``);
 - the resume state (``resume``), checkpoint files (``checkpoints``, ``weights``);
 - progress lines or a bar (``progress``); the run's records, ``run.json``, ``progress.json``
-  and ``loss.csv``, are written through ``ihsweep.records`` only.
+  and ``loss.csv``, are written through ``ihsweep.files.records`` only.
 
 Checkpoints are saved at the token counts of the spec (converted to steps), each with the
 resume state, so a killed job restarts at its last checkpoint and ends with the same weights,
@@ -34,10 +34,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ihsweep import cost, records
+from ihsweep import cost
 from ihsweep.config import Execution
 from ihsweep.data.chunks import open_chunks, read_chunks_meta
-from ihsweep.lease import EXPIRE_SECONDS, LeaseLost, RunLease
+from ihsweep.files import records
+from ihsweep.files.lease import EXPIRE_SECONDS, LeaseLost, RunLease
 from ihsweep.training.checkpoints import list_checkpoints
 from ihsweep.training.environment import environment
 from ihsweep.training.events import TrainEvents
@@ -92,18 +93,18 @@ def train(
     its ``run.json``, ``records.read_run``).
 
     ``execution`` is the job's (the schema documents each setting). ``stop_rule`` is asked at
-    every checkpoint whether the run stops there (``ihsweep.early_stop`` builds the spec's
+    every checkpoint whether the run stops there (``ihsweep.steps.stop_rule`` builds the spec's
     ``early_stop`` rule). ``stop_after_step``: save the state and stop after that step (tests).
-    The job holds the run folder's lease (``ihsweep.lease``; it expires ``lease_seconds`` after
-    the job dies) from before it reads the folder until it ends: ``LeaseHeld`` when another job
-    holds it. A signal saves the state and raises ``Interrupted``. ``progress.json`` follows the
+    The job holds the run folder's lease (``ihsweep.files.lease``; it expires ``lease_seconds``
+    after the job dies) from before it reads the folder until it ends: ``LeaseHeld`` when another
+    job holds it. A signal saves the state and raises ``Interrupted``. ``progress.json`` follows the
     run (``records.write_progress``): running while it trains, then done, diverged, interrupted
     (a signal: the state is saved and the retry resumes) or failed (any error)."""
     run_dir = Path(run_dir)
     if spec.get("early_stop") is not None and stop_rule is None:
         raise ValueError(
             f"run {spec['run_id']}: its spec stops early (early_stop) but no stop rule was given;"
-            " pass stop_rule=ihsweep.early_stop.stop_rule_of(spec)"
+            " pass stop_rule=ihsweep.steps.stop_rule.stop_rule_of(spec)"
         )
     lease = RunLease(run_dir, lease_seconds / 6, lease_seconds, wait_for_expiry=True)
     tokens_per_step = spec["batch_size"] * spec["context_size"]

@@ -2,7 +2,7 @@
 
 ``Progress`` decides when a progress line is due and writes it (``TerminalProgress`` draws a
 bar instead when the job runs in a terminal, ``progress_of``); ``summary_line`` is the log's
-last line. The run's files (``progress.json``, ``loss.csv``) are ``ihsweep.records``'.
+last line. The run's files (``progress.json``, ``loss.csv``) are ``ihsweep.files.records``'.
 """
 
 from __future__ import annotations

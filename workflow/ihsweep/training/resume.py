@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ihsweep.io import atomic_path, write_json
-from ihsweep.layout import LOSS_CSV, TENSORBOARD
+from ihsweep.files.io import atomic_path, write_json
+from ihsweep.files.layout import LOSS_CSV, TENSORBOARD
 from ihsweep.training.checkpoints import DamagedFile, file_sha256, list_checkpoints
 
 REWRITE_STATE = "training falls back to the run's other state (or starts afresh)"

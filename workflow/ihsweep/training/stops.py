@@ -8,7 +8,7 @@
   long; ``Diverged``: a checkpoint would hold diverged weights.
 - ``StopRule``: decides at a checkpoint, from what lies in the run's folder, whether the run
   has what it trains for. The trainer knows nothing of probes: the rule that probes its
-  checkpoints and applies the emergence rule (``ihsweep.early_stop``) is built above it.
+  checkpoints and applies the emergence rule (``ihsweep.steps.stop_rule``) is built above it.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load as load_safetensors_bytes
 from safetensors.torch import load_file, save_file
 
-from ihsweep.io import atomic_path, write_json
+from ihsweep.files.io import atomic_path, write_json
 from ihsweep.training.checkpoints import (
     checked_weight_bytes,
     checkpoint_paths,

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from ihsweep.probing.suite import EXPORT_SPEC
+from ihsweep.files.layout import EXPORT_SPEC
 from ihsweep.training.checkpoints import checkpoint_paths, list_checkpoints, read_checkpoint
 from ihsweep.training.model import GPTConfig
 from ihsweep.training.weights import load_checkpoint_weights

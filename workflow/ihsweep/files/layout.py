@@ -38,6 +38,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+# The metadata file an export writes beside its model (ihsweep.training.hf_export), and
+# that a suite of exports is read by (ihsweep.probing.suite).
+EXPORT_SPEC = "ihsweep_spec.json"
+
 RESULTS = "results"
 
 # Files of a run folder that other steps and ``status`` read.
@@ -54,9 +58,11 @@ DUPLICATES = "duplicates.csv"
 DUPLICATES_PAGE = "duplicates.html"
 SUITE_FILES = (FINGERPRINTS, DUPLICATES, DUPLICATES_PAGE)
 
-TOKENIZE_FILES = ("tokens.bin", "tokenizer.json", "tokens.json")
-CHAIN_FILES = ("chain.npy", "stationary.npy", "chain.json")
-CHUNK_FILES = ("train.bin", "val.bin", "chunks.json")
+# Each data step writes its record last; a step that reads the data depends on the record alone.
+TOKENS_JSON, CHAIN_JSON, CHUNKS_JSON = "tokens.json", "chain.json", "chunks.json"
+TOKENIZE_FILES = ("tokens.bin", "tokenizer.json", TOKENS_JSON)
+CHAIN_FILES = ("chain.npy", "stationary.npy", CHAIN_JSON)
+CHUNK_FILES = ("train.bin", "val.bin", CHUNKS_JSON)
 
 NATURAL_FIGURES = ("run_curves", "emergence_vs_BC", "law_fit", "model_size")
 # findings.rst: the report front page's summary of the aggregate (ihsweep.report.findings)
@@ -106,6 +112,21 @@ def chain_dir(grid: str = "{grid}", key: str = "{ckey}") -> str:
     return f"{RESULTS}/chains/{keyed(grid, key)}"
 
 
+def dataset_file(name: str, data: str = "{data}", key: str = "{dkey}") -> str:
+    """One of ``TOKENIZE_FILES`` of a natural dataset."""
+    return f"{dataset_dir(data, key)}/{name}"
+
+
+def chunk_file(name: str, data: str = "{data}", key: str = "{dkey}", context: Any = "{ctx}") -> str:
+    """One of ``CHUNK_FILES`` of a dataset's chunks at one context size."""
+    return f"{chunk_dir(data, key, context)}/{name}"
+
+
+def chain_file(name: str, grid: str = "{grid}", key: str = "{ckey}") -> str:
+    """One of ``CHAIN_FILES`` of a Markov chain."""
+    return f"{chain_dir(grid, key)}/{name}"
+
+
 def run_dir(run: Any = None, key: str = "{rkey}") -> str:
     """The folder of a run (an ``ihsweep.config.Run``), or its pattern when ``run`` is None."""
     return f"{RESULTS}/runs/{keyed(run_name(run), key)}"
@@ -153,7 +174,7 @@ def probe_events_dir(folder: str | Path, probe_key: str = "{pkey}") -> str:
 
 
 def export_dir(run: Any = None, key: str = "{rkey}") -> str:
-    """A run's newest checkpoint as a Hugging Face GPT-2 folder (``ihsweep.export``)."""
+    """A run's newest checkpoint as a Hugging Face GPT-2 folder (``ihsweep.training.hf_export``)."""
     return f"{run_dir(run, key)}/hf"
 
 
@@ -199,8 +220,12 @@ def aggregate_file(name: str, folder: str) -> str:
     return f"{folder}/{name}"
 
 
+def figure_file(stem: str, folder: str, ext: str = "png") -> str:
+    return f"{folder}/figures/{stem}.{ext}"
+
+
 def figure_files(stems: Iterable[str], folder: str) -> list[str]:
-    return [f"{folder}/figures/{stem}.{ext}" for stem in stems for ext in FIGURE_FORMATS]
+    return [figure_file(stem, folder, ext) for stem in stems for ext in FIGURE_FORMATS]
 
 
 def natural_outputs(folder: str) -> list[str]:

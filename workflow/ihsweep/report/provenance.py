@@ -36,9 +36,9 @@ from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
-from ihsweep import layout
 from ihsweep.config import study_definition
-from ihsweep.io import write_json
+from ihsweep.files import layout
+from ihsweep.files.io import write_json
 
 STUDY_JSON = "study.json"
 

@@ -21,8 +21,8 @@ import json
 import time
 from pathlib import Path
 
-from ihsweep import layout
-from ihsweep.io import atomic_path, write_json
+from ihsweep.files import layout
+from ihsweep.files.io import atomic_path, write_json
 
 # --------------------------------------------------------------------------------------------
 # run.json: the completion record

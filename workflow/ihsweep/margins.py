@@ -1,7 +1,7 @@
 """Would another early-stopping margin have changed a study's results? A replay on its files.
 
-    python -m ihsweep.stopping --margins 0.3 0.4 0.5
-    python -m ihsweep.stopping --configfile config.yaml workflow/studies/cpu-full.yaml --csv m.csv
+    python -m ihsweep.margins --margins 0.3 0.4 0.5
+    python -m ihsweep.margins --configfile config.yaml workflow/studies/cpu-full.yaml --csv m.csv
 
 Run it where ``results/`` is, after the probe step. For each run with a ``run.json`` and a
 model-level probe table it applies the rule of ``training.stop_after_emergence``
@@ -32,8 +32,8 @@ import pandas as pd
 
 from ihsweep.analysis.emergence import replay_stop, run_point
 from ihsweep.config import Study, StudyPaths, add_configfile, study_of_files
-from ihsweep.io import DamagedFile, read_probe_table
-from ihsweep.records import read_run
+from ihsweep.files.io import DamagedFile, read_probe_table
+from ihsweep.files.records import read_run
 from ihsweep.status import run_outcome
 
 # A replayed point within this many decades of the reported one has not moved (float noise of
@@ -113,7 +113,7 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ihsweep.stopping", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m ihsweep.margins", description=__doc__)
     add_configfile(parser)
     parser.add_argument("--margins", type=float, nargs="+", default=[0.2, 0.3, 0.4, 0.5])
     parser.add_argument("--csv", type=Path, help="also write the per-run table as CSV")
