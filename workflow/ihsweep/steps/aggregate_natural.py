@@ -23,7 +23,7 @@ import pandas as pd
 
 from ihsweep import layout
 from ihsweep.analysis.emergence import emergence_table
-from ihsweep.analysis.lawfit import fit_law, fit_table
+from ihsweep.analysis.lawfit import fit_law, fit_table, fixed_exponents
 from ihsweep.config import complete
 from ihsweep.figures import natural as figures
 from ihsweep.io import atomic_path, read_probe_table, write_json
@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
 
     model_table = pd.concat(map(read_probe_table, args.model_tables), ignore_index=True)
     emergence = emergence_table(model_table, spec)
-    fit = fit_law(emergence, fit_spec["bootstrap"], fit_spec["seed"], fit_spec["model"])
+    exponents = fixed_exponents(fit_spec.get("exponents"))
+    fit = fit_law(emergence, fit_spec["bootstrap"], fit_spec["seed"], fit_spec["model"], exponents)
 
     with atomic_path(path("emergence.csv")) as tmp:
         emergence.to_csv(tmp, index=False)
