@@ -50,10 +50,12 @@ def held_out(emergence: pd.DataFrame, n_boot: int, seed: int, model: str | None 
     if model is not None:
         runs = runs[runs["model"] == model].reset_index(drop=True)
     rows, kinds = [], {}
+    n_cells = runs.groupby(CELL).ngroups if len(runs) else 0
     for kind, splits in _splits(runs).items():
         problem = next((f"{name}: {p}" for name, test in splits
                         if (p := _problem(runs[~test]))), "")  # fmt: skip
-        problem = problem or ("" if splits else "fewer than 2 cells")
+        if n_cells < 2:
+            problem = f"{len(runs)} emerged runs in {n_cells} (B, C) cells; it needs 2 cells"
         kind_rows = [] if problem else _predict_splits(runs, splits, n_boot, seed)
         problem = problem or next((r["problem"] for r in kind_rows if "problem" in r), "")
         kinds[kind] = {"ok": not problem, "reason": problem, "n_splits": len(splits)}
