@@ -194,7 +194,9 @@ def _header(law: Law) -> dict:
 
 def _law_line(law: Law) -> str:
     size = f" N^{law.c:+.3f}" if law.c is not None else ""
-    grid = ", ".join(f"{k} {lo:g}-{hi:g}" for k, (lo, hi) in law.grid.items())
+    grid = ", ".join(
+        f"{k} {lo:g}" + (f"-{hi:g}" if hi > lo else "") for k, (lo, hi) in law.grid.items()
+    )
     return (f"law {law.name}: U = 10^{law.log10_T:.3f} / (B^{law.a:.3f} C^{law.b:.3f}){size} "
             f"updates ({law.note}; fitted over {grid})")  # fmt: skip
 

@@ -131,6 +131,9 @@ def _predict_splits(runs, splits, n_boot: int, seed: int) -> list[dict]:
     return out
 
 
+SUMMARY = ["kind", "law", "n_runs", "n_inside", "coverage", "rmse_log10", "bias_log10"]
+
+
 def summarise(table: pd.DataFrame) -> list[dict]:
     """Per law and kind: held-out runs, how many fell inside their interval, the coverage
     (None for a law without intervals) and the RMSE of the points in log10 updates."""

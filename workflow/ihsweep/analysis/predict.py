@@ -186,8 +186,9 @@ def warnings(law: Law, table: pd.DataFrame) -> list[str]:
             factor = getattr(row, f"outside_{symbol}", 1.0)
             if factor > 1.0:
                 lo, hi = law.grid[symbol]
+                fitted = f"{lo:g}-{hi:g}" if hi > lo else f"{lo:g} only"
                 lines.append(f"warning: {where}: {symbol} is {factor:.3g}x outside the fitted "
-                             f"range {lo:g}-{hi:g}: an extrapolation")  # fmt: skip
+                             f"range {fitted}: an extrapolation")  # fmt: skip
         if row.outside_law_units > FAR_OUTSIDE:
             factor = row.outside_law_units
             lines.append(f"warning: {where}: {factor:.3g}x outside the fitted grid in the "

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ihsweep.analysis.heldout import KINDS, LAWS
+from ihsweep.analysis.heldout import KINDS, LAWS, SUMMARY
 from ihsweep.report import rst
 from ihsweep.report.tables import render
 
@@ -15,24 +15,30 @@ PREDICT = "python -m ihsweep.predict -B 1024 -C 2048 --law study:{study}"
 
 
 def page(summary: dict) -> str:
-    """The summary as an HTML table: per law and kind, runs, coverage and RMSE."""
+    """The summary as an HTML table: per law and kind, runs, coverage and RMSE; a kind that
+    was not measured is one row saying why."""
     columns = {
-        "law": (lambda r: LAWS[r["law"]], "text"),
+        "law": (lambda r: LAWS.get(r["law"], r["law"]), "text"),
         "held out": (lambda r: KINDS[r["kind"]], "text"),
         "runs": (lambda r: r["n_runs"], "num"),
         "inside 95% interval": (_coverage, "num"),
-        "RMSE (log10 updates)": (lambda r: f"{r['rmse_log10']:.3f}", "num"),
-        "bias (log10)": (lambda r: f"{r['bias_log10']:+.3f}", "num"),
+        "RMSE (log10 updates)": (lambda r: _signed(r["rmse_log10"], ""), "num"),
+        "bias (log10)": (lambda r: _signed(r["bias_log10"], "+"), "num"),
     }
     note = (
         "Each held-out run predicted by a law fitted without its (B, C) cell (or, for the "
         "extrapolation split, without the largest third of the cells by B * C): coverage of "
         "the 95% prediction intervals for a new run and the RMSE of the points. "
-        + _skipped(summary)
-        + " Data: heldout.csv, heldout.json."
+        "Data: heldout.csv, heldout.json."
     )
-    rows = pd.DataFrame(summary["summary"])
+    skipped = [{"kind": kind, "law": "not measured", "n_runs": 0, "reason": verdict["reason"]}
+               for kind, verdict in summary["kinds"].items() if not verdict["ok"]]  # fmt: skip
+    rows = pd.DataFrame(summary["summary"] + skipped, columns=[*SUMMARY, "reason"])
     return render("How the law predicts runs it never saw", note, columns, rows)
+
+
+def _signed(value, sign: str) -> str:
+    return "" if pd.isna(value) else f"{value:{sign}.3f}"
 
 
 def findings(summary: dict, study: str, png: Path) -> str:
@@ -68,6 +74,8 @@ def _how_to_predict(study: str) -> str:
 
 
 def _coverage(row) -> str:
+    if isinstance(row.get("reason"), str):
+        return row["reason"]
     if row["coverage"] is None or pd.isna(row["coverage"]):
         return "no interval"
     return f"{row['n_inside']} of {row['n_runs']} ({row['coverage']:.0%})"
