@@ -21,12 +21,14 @@ MARKER = {"cell": "o", "extrapolation": "^"}
 def plot_held_out(table: pd.DataFrame, summary: dict, out_stem) -> list[Path]:
     with figure_style():
         fig = new_figure(3.2 * len(LAWS), 3.6)
+        if table.empty:  # one line per kind saying why, instead of empty panels
+            reasons = [f"{KINDS[k]}: {v['reason']}" for k, v in summary["kinds"].items()]
+            fig.text(0.5, 0.5, "\n".join(["no held-out measurement", *reasons]), ha="center",
+                     va="center")  # fmt: skip
+            return save_figure(fig, out_stem)
         axes = fig.subplots(1, len(LAWS), sharex=True, sharey=True)
-        if table.empty:
-            reasons = "; ".join(f"{k}: {v['reason']}" for k, v in summary["kinds"].items())
-            fig.text(0.5, 0.5, f"no held-out measurement ({reasons})", ha="center", wrap=True)
         values = table[["observed_log10_updates", "predicted_log10_updates"]].to_numpy()
-        lo, hi = (np.nanmin(values) - 0.3, np.nanmax(values) + 0.3) if len(table) else (0, 1)
+        lo, hi = np.nanmin(values) - 0.3, np.nanmax(values) + 0.3
         for ax, (law, label) in zip(np.atleast_1d(axes), LAWS.items(), strict=True):
             rows = table[table["law"] == law]
             for kind, group in rows.groupby("kind", sort=False):
