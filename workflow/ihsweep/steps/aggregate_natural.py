@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
 
     model_table = pd.concat(map(read_probe_table, args.model_tables), ignore_index=True)
     emergence = emergence_table(model_table, spec)
-    exponents = fixed_exponents(fit_spec.get("exponents"))
+    exponents = fixed_exponents(fit_spec["exponents"])
     fit = fit_law(emergence, fit_spec["bootstrap"], fit_spec["seed"], fit_spec["model"], exponents)
 
     with atomic_path(path("emergence.csv")) as tmp:
