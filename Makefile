@@ -61,6 +61,8 @@ demo: install
 	$(BIN)/snakemake --cores $(CORES)
 	$(BIN)/snakemake --report results/studies/default/report.html
 	@echo "The default study's findings, beside the paper's: results/studies/default/report.html"
+	@echo "Predict when IHs emerge for a new B and C (docs/predict.md):"
+	@echo "  $(BIN)/python -m ihsweep.predict -B 1024 -C 2048 --law study:default"
 
 # Targets go before --configfile, which takes every word after it as a config file.
 CPU_FULL = --configfile config.yaml workflow/studies/cpu-full.yaml

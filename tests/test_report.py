@@ -48,6 +48,7 @@ from matplotlib.lines import Line2D
 # The aggregates of the test studies, which keep the schema's default name (`study`).
 NATURAL = layout.natural_dir("default")
 MARKOV = layout.markov_dir("default")
+HELDOUT = layout.heldout_dir(NATURAL)
 
 pytestmark = pytest.mark.slow
 
@@ -69,10 +70,13 @@ RESULTS = {
     **{f: None for f in layout.figure_files(layout.NATURAL_FIGURES, NATURAL)[::2]},
     **{f: None for f in layout.figure_files(["frontier-semi-tiny-B8-C32"], MARKOV)[::2]},
     **{f: None for f in layout.figure_files(["generator"], MARKOV)[::2]},
+    **{f: None for f in layout.figure_files(layout.HELDOUT_FIGURES, HELDOUT)[::2]},
     **{PATHS.run_figures(run)[0]: None for run in RUNS + MARKOV_RUNS},
     layout.aggregate_file("emergence.html", NATURAL): len(RUNS),
     layout.aggregate_file("lawfit.html", NATURAL): len(QUANTITIES),  # one row each
     layout.aggregate_file("emergence.html", MARKOV): len(MARKOV_RUNS),
+    # Two runs at one C: no split keeps 2 values of B; a row per kind says so.
+    layout.aggregate_file("heldout.html", HELDOUT): 2,
 }
 assert all(f.endswith((".png", ".html")) for f in RESULTS)
 
@@ -98,7 +102,7 @@ def figure_files(workdir: Path) -> dict[str, bytes]:
 def test_figures_target_rebuilds_byte_identical_files_without_training(study):
     before = figure_files(study.dir)
     # natural, Markov, per run as PNG and PDF; tables; findings
-    assert len(before) == 2 * (4 + 2 + 4) + 3 + 2
+    assert len(before) == 2 * (4 + 2 + 4) + 4 + 2
     for folder in FIGURE_DIRS:
         shutil.rmtree(study.dir / folder)
     for run in RUNS + MARKOV_RUNS:
@@ -106,7 +110,8 @@ def test_figures_target_rebuilds_byte_identical_files_without_training(study):
     rerun = snakemake(study.dir, "figures")
     assert rerun.rc == 0, rerun.out[-4000:]
     stats = job_stats(rerun.out)
-    assert stats == {"aggregate_natural": 1, "aggregate_markov": 1, "run_figure": 4, "figures": 1}
+    assert stats == {"aggregate_natural": 1, "heldout_natural": 1, "aggregate_markov": 1,
+                     "run_figure": 4, "figures": 1}  # fmt: skip
     assert figure_files(study.dir) == before
 
 
@@ -176,7 +181,7 @@ def test_report_zip_holds_every_result_as_a_file(study, reports):
 # --- every figure's title and legend fit, on the figures the study's own steps draw ----------
 
 
-STEPS = ("aggregate_natural", "aggregate_markov", "run_figure")
+STEPS = ("aggregate_natural", "heldout_natural", "aggregate_markov", "run_figure")
 
 
 def drawn_figures(workdir: Path, out: Path, monkeypatch) -> dict[str, Figure]:

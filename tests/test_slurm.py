@@ -186,7 +186,7 @@ def test_smallest_study_completes_under_slurm(small):
     stats = job_stats(out)
     assert stats == {
         "tokenize": 1, "chunk": 2, "train": 2, "probe": 2, "run_figure": 2,
-        "aggregate_natural": 1, "all": 1,
+        "aggregate_natural": 1, "heldout_natural": 1, "all": 1,
     }  # fmt: skip
     # Every non-local job went through sbatch; the aggregate ran beside the driver.
     assert len(submitted_ids(out)) == stats["tokenize"] + stats["chunk"] + 2 * 2
@@ -206,7 +206,8 @@ def test_deleting_one_run_reruns_only_its_jobs_under_slurm(small):
     rerun = snakemake(small.dir)
     assert rerun.rc == 0, rerun.out[-6000:]
     assert job_stats(rerun.out) == {
-        "train": 1, "probe": 1, "run_figure": 1, "aggregate_natural": 1, "all": 1,
+        "train": 1, "probe": 1, "run_figure": 1, "aggregate_natural": 1, "heldout_natural": 1,
+        "all": 1,
     }  # fmt: skip
     assert "wildcards: data=kjv, model=tiny, batch=8, ctx=32, seed=0" in rerun.out
     assert "ctx=16" not in rerun.out

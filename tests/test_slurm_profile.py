@@ -36,7 +36,7 @@ def test_paper_study_is_the_full_grid(paper_dry_run):
     stats = job_stats(paper_dry_run)
     assert stats == {
         "tokenize": 1, "chunk": 5, "train": 30, "probe": 30, "run_figure": 30,
-        "aggregate_natural": 1, "all": 1,
+        "aggregate_natural": 1, "heldout_natural": 1, "all": 1,
     }  # fmt: skip
     # The slurm profile, and under it the workflow profile (scheduler timing) that every run reads.
     assert "Using profiles slurm and workflow specific profile profiles/default" in paper_dry_run

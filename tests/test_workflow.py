@@ -169,13 +169,14 @@ def test_first_run_ran_every_job_once(study):
         "probe": len(runs),
         "run_figure": len(runs),
         "aggregate_natural": 1,
+        "heldout_natural": 1,
         "all": 1,
     }
 
 
 def test_every_expected_output_exists(study):
     root = study.dir
-    expected = layout.natural_outputs(NATURAL)
+    expected = layout.natural_outputs(NATURAL) + layout.heldout_outputs(layout.heldout_dir(NATURAL))
     assert {f"{NATURAL}/emergence.csv", f"{NATURAL}/lawfit.json", *FIGURES} <= set(expected)
     for run in study.study.runs:
         paths = study.paths
@@ -280,7 +281,9 @@ def test_changing_min_rise_reruns_only_aggregates_and_figures(study):
     run = study.min_rise_file
     assert run.rc == 0, run.out[-3000:]
     n_runs = len(study.study.runs)
-    assert job_stats(run.out) == {"aggregate_natural": 1, "run_figure": n_runs, "all": 1}
+    assert job_stats(run.out) == {
+        "aggregate_natural": 1, "heldout_natural": 1, "run_figure": n_runs, "all": 1
+    }  # fmt: skip
     assert re.search(r"params have changed since last execution:\s+aggregate_natural", run.out)
 
 
@@ -299,7 +302,7 @@ def test_an_update_of_the_package_reruns_only_the_aggregates(study):
     same, updated = study.code_same, study.code_updated
     assert same.rc == 0 and "Nothing to be done" in same.out, same.out[-3000:]
     assert updated.rc == 0, updated.out[-3000:]
-    assert job_stats(updated.out) == {"aggregate_natural": 1, "all": 1}, updated.out[-3000:]
+    assert job_stats(updated.out) == {"aggregate_natural": 1, "heldout_natural": 1, "all": 1}
     assert re.search(r"params have changed since last execution:\s+aggregate_natural", updated.out)
 
 
@@ -323,7 +326,7 @@ def test_a_second_study_shares_the_runs_and_keeps_its_own_aggregates(study):
     aggregates stay as they were, so running it again has nothing to do."""
     run = study.grid_study
     assert run.rc == 0, run.out[-3000:]
-    assert job_stats(run.out) == {"aggregate_natural": 1, "all": 1}
+    assert job_stats(run.out) == {"aggregate_natural": 1, "heldout_natural": 1, "all": 1}
     changed = {
         path
         for path, mtime in study.after_grid_study.items()
@@ -332,7 +335,9 @@ def test_a_second_study_shares_the_runs_and_keeps_its_own_aggregates(study):
     grid = layout.natural_dir("grid")
     own = {str(Path(layout.log("aggregate", "grid/natural")).relative_to(layout.RESULTS))}
     own.add(str(Path(layout.study_dir("grid"), STUDY_JSON).relative_to(layout.RESULTS)))
-    own |= {str(Path(p).relative_to(layout.RESULTS)) for p in layout.natural_outputs(grid)}
+    own.add(str(Path(layout.log("heldout", "grid/natural")).relative_to(layout.RESULTS)))
+    outputs = layout.natural_outputs(grid) + layout.heldout_outputs(layout.heldout_dir(grid))
+    own |= {str(Path(p).relative_to(layout.RESULTS)) for p in outputs}
     assert changed == own
     assert len(pd.read_csv(study.dir / grid / "emergence.csv")) == 4
     assert len(pd.read_csv(study.dir / NATURAL / "emergence.csv")) == len(study.study.runs)

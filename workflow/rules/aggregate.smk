@@ -10,6 +10,7 @@ EXPERIMENTS_2_3 = "2-3. Why: Markov data statistics"
 localrules:
     figures,
     aggregate_natural,
+    heldout_natural,
     aggregate_markov,
     run_figure,
 
@@ -66,6 +67,53 @@ rule aggregate_natural:
         " --suite-duplicates {input.duplicates} --keep-duplicates {params.keep_duplicates:q}"
         " --emergence {params.emergence:q} --lawfit {params.lawfit:q}"
         " --out-dir {params.out_dir} --config-sha256 {params.config_sha256} > {log} 2>&1"
+
+
+# How the law predicts runs it never saw: each (B, C) cell left out in turn, and the largest
+# third by B * C, predicted by the study's fit, the published exponents calibrated on the study,
+# and the published law (docs/method.md#held-out-validation).
+HELDOUT_DIR = layout.heldout_dir(NATURAL_DIR)
+
+
+rule heldout_natural:
+    input:
+        emergence=layout.aggregate_file("emergence.csv", NATURAL_DIR),
+    output:
+        tables=[
+            layout.aggregate_file(name, HELDOUT_DIR)
+            for name in layout.HELDOUT_TABLES
+            if not name.endswith(".html")
+        ],
+        html=report_table(
+            layout.aggregate_file("heldout.html", HELDOUT_DIR),
+            "../report/heldout.rst",
+            EXPERIMENT_1,
+            "law on held-out runs",
+        ),
+        figures=report_figures(
+            layout.HELDOUT_FIGURES,
+            HELDOUT_DIR,
+            EXPERIMENT_1,
+            caption_of=lambda stem: stem,
+            label_of=lambda stem: "law on held-out runs",
+        ),
+        pdfs=layout.figure_files(layout.HELDOUT_FIGURES, HELDOUT_DIR)[1::2],
+        provenance=layout.aggregate_file(layout.PROVENANCE, HELDOUT_DIR),
+    log:
+        layout.log("heldout", f"{STUDY.name}/natural"),
+    conda:
+        "../../envs/analysis.yaml"
+    params:
+        lawfit=section_json("lawfit"),
+        study=STUDY.name,
+        out_dir=provenance_dir,
+        config_sha256=CONFIG_SHA256,
+        # Not in the command (the step hashes the code it runs): a trigger for Snakemake.
+        code_sha256=CODE_SHA256,
+    shell:
+        "python -m ihsweep.steps.heldout_natural --emergence-table {input.emergence}"
+        " --lawfit {params.lawfit:q} --study {params.study} --out-dir {params.out_dir}"
+        " --config-sha256 {params.config_sha256} > {log} 2>&1"
 
 
 rule aggregate_markov:

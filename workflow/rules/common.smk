@@ -297,6 +297,8 @@ def final_outputs():
     outputs = [f for run in STUDY.runs for f in PATHS.run_figures(run)]
     if STUDY.runs_of_family("natural") or STUDY.suites:
         outputs += layout.natural_outputs(NATURAL_DIR)
+    if STUDY.runs_of_family("natural"):  # a checkpoint suite alone has no (B, C) grid
+        outputs += layout.heldout_outputs(layout.heldout_dir(NATURAL_DIR))
     if STUDY.runs_of_family("markov"):
         outputs += layout.markov_outputs(markov_figures(), MARKOV_DIR)
     return outputs

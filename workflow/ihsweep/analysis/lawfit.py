@@ -58,6 +58,20 @@ What is reported and how:
   B and C) drops out of the size model as a constant, so c is still tested when the law itself
   cannot be fitted; ``size_fit`` then has None for that exponent.
 
+- For predictions (``ihsweep.analysis.predict``): the fitted grid (``batch_sizes``,
+  ``context_sizes``, ``n_params_values``: the distinct values among the fitted runs) and the
+  bootstrap draws themselves (``boot_draws``, one ``[log10_T, a, b]`` per used resample;
+  ``size_boot_draws``, ``[log10_T, a, b, c]`` with None for a constant B or C, beside
+  ``size_residual_sd_log10``), so that a prediction's interval for a new run can combine the
+  fit's uncertainty with the scatter of runs around it (docs/method.md#predicting-a-new-run).
+- Fixed exponents (``exponents``, config ``lawfit.exponents``): with a and b given (the
+  published ones, or another study's), only log10 T is fitted: the mean of
+  log10 U_pt + a log10 B + b log10 C over the runs, its bootstrap interval from the same
+  resamples of runs, ``residual_sd_log10`` with n - 1 degrees of freedom, and the
+  leave-one-out error. Two runs suffice, at any B and C: a calibration of the law's constant on
+  a new corpus from a few pilot runs (docs/calibrate.md). ``exponents_source`` says where a and
+  b came from ("fitted" when they were fitted).
+
 Too few points (fewer than ``MIN_RUNS`` emerged runs, or B or C not varying, or B and C
 collinear) give ``ok: False`` with a ``reason`` and None estimates, never an exception. Every
 value in the result is a plain Python float, int, str, bool, list, dict or None, so it can be
@@ -74,70 +88,119 @@ import pandas as pd
 from ihsweep.config import law_updates
 
 MIN_RUNS = 4  # three coefficients plus at least one residual degree of freedom
+MIN_RUNS_FIXED = 2  # log10 T alone, plus one residual degree of freedom
 CONFIDENCE = 0.95
 FORMULA = "log10 U_pt = log10 T - a log10 B - b log10 C"
 SIZE_FORMULA = FORMULA + " + c log10 N_params"
 # The law's two exponents: (coefficient, the emergence table's column, the symbol).
 EXPONENTS = (("a", "batch_size", "B"), ("b", "context_size", "C"))
 CELL = [column for _, column, _ in EXPONENTS]  # runs the law cannot tell apart
+# The paper's law as published (arXiv 2511.16893v2, section 7): ln T = 13.26, a = 0.37,
+# b = 0.62, fitted over B 4-512 and C 4-4096 (docs/method.md#the-published-law).
+PUBLISHED = {
+    "log10_T": 13.26 / math.log(10),
+    "a": 0.37,
+    "b": 0.62,
+    "B": (4, 512),
+    "C": (4, 4096),
+    "source": "arXiv 2511.16893v2, section 7: ln T = 13.26, a = 0.37, b = 0.62",
+}
+# The fitted grid, recorded so that a prediction can say how far outside it a question lies.
+GRID = {"batch_sizes": "batch_size", "context_sizes": "context_size", "n_params_values": "n_params"}
 
 
-def fit_law(emergence: pd.DataFrame, n_boot: int, seed: int, model: str | None = None) -> dict:
+def fit_law(
+    emergence: pd.DataFrame,
+    n_boot: int,
+    seed: int,
+    model: str | None = None,
+    exponents: dict | None = None,
+) -> dict:
     """Fit the law to the emerged runs of an emergence table; see the module docstring.
 
     ``model`` (a model name, the table's ``model`` column) fits a, b and log10 T on that model's
-    runs only, and the size test on every model's; None fits both on every run."""
-    every_model = _emerged_runs(emergence)
+    runs only, and the size test on every model's; None fits both on every run. ``exponents``
+    (``{"a", "b", "source"}``) fixes a and b and fits log10 T alone; None fits all three."""
+    every_model = emerged_runs(emergence)
     runs = every_model if model is None else every_model[every_model["model"] == model]
     runs = runs.reset_index(drop=True)
     result = _empty_result(runs, n_boot, seed)
     result.update(_left_out(emergence, every_model), model=model)
     result["n_other_models"] = len(every_model) - len(runs)
+    if exponents is not None:
+        result["exponents_source"] = exponents["source"]
     # The size test's own resamples, of every model's runs; a second stream of the same seed.
     size_resamples = np.random.default_rng([seed, 1]).integers(
         0, len(every_model), size=(n_boot, len(every_model))
     )
-    problem = _design_problem(runs)
+    problem = _design_problem(runs) if exponents is None else _fixed_problem(runs)
     if problem:
         result["reason"] = problem
         result.update(_size_test(every_model, size_resamples))
         return result
 
     y = np.log10(runs["updates_pt"].to_numpy(float))
-    x = _design(runs)
-    coef = _ols(x, y)
     resamples = np.random.default_rng(seed).integers(0, len(y), size=(n_boot, len(y)))
-    boot = _bootstrap(x, y, resamples)
-    predicted = x @ coef
-    loo = _leave_one_out(x, y)
-    loo_err = [p - o for p, o in zip(loo, y, strict=True) if p is not None]
-
-    result.update(
-        ok=True,
-        reason="",
-        log10_T=_num(coef[0]),
-        a=_num(coef[1]),
-        b=_num(coef[2]),
-        T=_num(10.0 ** coef[0]),
-        log10_T_ci=_ci(boot[:, 0]),
-        a_ci=_ci(boot[:, 1]),
-        b_ci=_ci(boot[:, 2]),
-        n_boot_used=len(boot),
-        r=_pearson(predicted, y),
-        residual_sd_log10=_num(np.sqrt(np.sum((y - predicted) ** 2) / (len(y) - 3))),
-        loo_rmse_log10=_num(np.sqrt(np.mean(np.square(loo_err)))) if loo_err else None,
-        loo_n=len(loo_err),
-        loo=[
-            {"run_id": str(rid), "observed_log10_updates": _num(o), "predicted_log10_updates": p}
-            for rid, o, p in zip(runs["run_id"], y, loo, strict=True)
-        ],
-        **_seed_noise(runs, y, predicted),
-    )
+    if exponents is None:
+        result.update(_fit(runs, y, _design(runs), resamples, offset=np.zeros(len(y))))
+    else:
+        a, b = float(exponents["a"]), float(exponents["b"])
+        offset = -a * np.log10(runs["batch_size"].to_numpy(float))
+        offset -= b * np.log10(runs["context_size"].to_numpy(float))
+        result.update(_fit(runs, y, np.ones((len(y), 1)), resamples, offset, fixed=(a, b)))
     if model is None:
         result.update(_size_test(runs, resamples))
     else:
         result.update(_size_test(every_model, size_resamples))
     return result
+
+
+def _fit(runs, y, x, resamples, offset, fixed: tuple[float, float] | None = None) -> dict:
+    """Least squares of ``y - offset`` on ``x`` (log10 T and a, b, or log10 T alone when the
+    exponents are ``fixed``), with its bootstrap, leave-one-out and seed-noise fields."""
+    target = y - offset
+    coef = _ols(x, target)
+    boot = _bootstrap(x, target, resamples)
+    predicted = x @ coef + offset
+    loo = [
+        None if p is None else p + o for p, o in zip(_leave_one_out(x, target), offset, strict=True)
+    ]
+    loo_err = [p - o for p, o in zip(loo, y, strict=True) if p is not None]
+    if fixed is not None:  # the draws carry the fixed exponents, so every law reads alike
+        coef = np.array([coef[0], *fixed])
+        boot = np.column_stack([boot[:, 0], np.tile(fixed, (len(boot), 1))])
+    return {
+        "ok": True,
+        "reason": "",
+        "log10_T": _num(coef[0]),
+        "a": _num(coef[1]),
+        "b": _num(coef[2]),
+        "T": _num(10.0 ** coef[0]),
+        "log10_T_ci": _ci(boot[:, 0]),
+        "a_ci": None if fixed else _ci(boot[:, 1]),
+        "b_ci": None if fixed else _ci(boot[:, 2]),
+        "n_boot_used": len(boot),
+        "boot_draws": [[_num(v) for v in row] for row in boot],
+        "r": _pearson(predicted, y),
+        "residual_sd_log10": _num(np.sqrt(np.sum((y - predicted) ** 2) / (len(y) - x.shape[1]))),
+        "loo_rmse_log10": _num(np.sqrt(np.mean(np.square(loo_err)))) if loo_err else None,
+        "loo_n": len(loo_err),
+        "loo": [
+            {"run_id": str(rid), "observed_log10_updates": _num(o), "predicted_log10_updates": p}
+            for rid, o, p in zip(runs["run_id"], y, loo, strict=True)
+        ],
+        **_seed_noise(runs, y, predicted, n_coef=x.shape[1]),
+    }
+
+
+def fixed_exponents(value) -> dict | None:
+    """Config ``lawfit.exponents`` as ``fit_law``'s ``exponents``: None (fit them), "published",
+    or ``{a, b}``."""
+    if value is None:
+        return None
+    if value == "published":
+        return {"a": PUBLISHED["a"], "b": PUBLISHED["b"], "source": "published"}
+    return {"a": float(value["a"]), "b": float(value["b"]), "source": "config"}
 
 
 def predict_updates(params: dict, B, C):
@@ -160,7 +223,8 @@ def outcomes(emergence: pd.DataFrame) -> pd.Series:
     return emergence["outcome"].where(emergence["outcome"].notna(), "completed").astype(str)
 
 
-def _emerged_runs(emergence: pd.DataFrame) -> pd.DataFrame:
+def emerged_runs(emergence: pd.DataFrame) -> pd.DataFrame:
+    """The runs a fit can use: emerged, a finite positive updates_pt, not diverged."""
     u = pd.to_numeric(emergence["updates_pt"], errors="coerce")
     keep = emergence["emerged"].astype(bool) & np.isfinite(u) & (u > 0)
     keep &= outcomes(emergence) != "diverged"
@@ -206,7 +270,15 @@ def _empty_result(runs: pd.DataFrame, n_boot: int, seed: int) -> dict:
         "size_formula": SIZE_FORMULA,
         **dict.fromkeys(["c", "c_ci", "c_excludes_zero", "size_fit", "c_note"]),
         "c_n_boot_used": 0,
+        "exponents_source": "fitted",
+        "boot_draws": [],
+        **{key: _distinct(runs, column) for key, column in GRID.items()},
+        **dict.fromkeys(["size_boot_draws", "size_residual_sd_log10"]),
     }
+
+
+def _distinct(runs: pd.DataFrame, column: str) -> list[int]:
+    return sorted(int(v) for v in runs[column].unique()) if column in runs else []
 
 
 def _single(runs: pd.DataFrame, column: str):
@@ -222,6 +294,15 @@ def _design_problem(runs: pd.DataFrame) -> str:
             return f"{symbol} ({column}) does not vary among the emerged runs"
     if np.linalg.matrix_rank(_design(runs)) < 3:
         return "B and C vary together (collinear), so a and b cannot be separated"
+    return ""
+
+
+def _fixed_problem(runs: pd.DataFrame) -> str:
+    if len(runs) < MIN_RUNS_FIXED:
+        return (
+            f"only {len(runs)} emerged runs; fitting log10 T with fixed exponents needs at "
+            f"least {MIN_RUNS_FIXED}"
+        )
     return ""
 
 
@@ -261,8 +342,9 @@ def _leave_one_out(x: np.ndarray, y: np.ndarray) -> list[float | None]:
     return predictions
 
 
-def _seed_noise(runs: pd.DataFrame, y: np.ndarray, predicted: np.ndarray) -> dict:
-    """How much of the scatter around the law is between runs of one (B, C) cell."""
+def _seed_noise(runs: pd.DataFrame, y: np.ndarray, predicted: np.ndarray, n_coef: int = 3) -> dict:
+    """How much of the scatter around the law (``n_coef`` fitted coefficients) is between runs
+    of one (B, C) cell."""
     cell = runs.groupby(CELL).ngroup().to_numpy()
     n, n_cells = len(y), int(cell.max()) + 1
     out = {"n_cells": n_cells}
@@ -278,9 +360,10 @@ def _seed_noise(runs: pd.DataFrame, y: np.ndarray, predicted: np.ndarray) -> dic
         r_cells=_pearson(predicted_cell, cell_mean),
         seed_note=f"{n} runs in {n_cells} (B, C) cells",
     )
-    df_lof, df_within = n_cells - 3, n - n_cells
+    df_lof, df_within = n_cells - n_coef, n - n_cells
     if df_lof < 1 or ss_within == 0:
-        why = "only 3 cells: the law fits their means exactly" if df_lof < 1 else "no seed noise"
+        exact = f"only {n_cells} cells: the law fits their means exactly"
+        why = exact if df_lof < 1 else "no seed noise"
         return out | {"seed_note": f"{out['seed_note']}; no lack-of-fit test ({why})"}
     ss_lack = max(float(np.sum((y - predicted) ** 2)) - ss_within, 0.0)
     f_stat = (ss_lack / df_lof) / (ss_within / df_within)
@@ -310,7 +393,14 @@ def _size_test(runs: pd.DataFrame, resamples: np.ndarray) -> dict:
     ci = _ci(boot[:, -1])
     fitted = dict(zip(["log10_T", *terms], (_num(v) for v in coef), strict=False))
     constant = [symbol for t, _, symbol in EXPONENTS if t not in terms]
+    # Each draw as [log10_T, a, b, c], None for an exponent of a constant B or C.
+    where = {name: i for i, name in enumerate(["log10_T", *terms, "c"])}
+    draws = [[_num(row[where[k]]) if k in where else None for k in ("log10_T", "a", "b", "c")]
+             for row in boot]  # fmt: skip
+    residual = y - x @ coef
     return {
+        "size_boot_draws": draws,
+        "size_residual_sd_log10": _num(np.sqrt(residual @ residual / (len(y) - x.shape[1]))),
         "c": _num(coef[-1]),
         "c_ci": ci,
         "c_excludes_zero": None if ci is None else bool(ci[0] > 0 or ci[1] < 0),

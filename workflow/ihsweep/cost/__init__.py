@@ -298,6 +298,8 @@ def corpus_bytes(corpus: dict) -> float | None:
         return KJV_BYTES
     if corpus["source"] == "files":
         files = {f for pattern in corpus["paths"] for f in glob.glob(pattern, recursive=True)}
+        # A folder stands for its .txt files (ihsweep.data.corpus.folder_files).
+        files = {t for f in files for t in (Path(f).rglob("*.txt") if Path(f).is_dir() else [f])}
         return sum(Path(f).stat().st_size for f in files)
     if corpus["max_documents"] is None:
         return None

@@ -7,9 +7,11 @@ A corpus spec is a dict with a ``source`` key:
   package is MIT-licensed. One document per chapter (1,189), in canonical order, verse texts
   joined with single spaces and verse numbers removed. Works offline.
 - ``{"source": "files", "paths": [...], "text_field": "text"}``: local files, paths relative to
-  ``base_dir``, glob patterns allowed. ``.txt``/``.text``/``.md`` files are split into documents
+  ``base_dir``, glob patterns allowed; a folder stands for the ``.txt`` files in it and its
+  subfolders (sorted by path). ``.txt``/``.text``/``.md`` files are split into documents
   on blank lines; ``.jsonl``/``.jsonlines``/``.ndjson`` files hold one JSON object per line with
-  the text in ``text_field``.
+  the text in ``text_field``. :func:`check_files`, which the config check runs before any job,
+  says in one line when a folder is empty or holds no ``.txt`` file, or a file is not UTF-8.
 - ``{"source": "huggingface", "name": ..., "config": null, "split": "train",
   "text_field": "text", "max_documents": N, "revision": null, "data_files": null}``: read
   through the Hugging Face ``datasets`` library, first ``max_documents`` documents (all when
@@ -44,6 +46,7 @@ so that a changed input file changes the fingerprint but a rerun does not.
 
 from __future__ import annotations
 
+import codecs
 import glob
 import hashlib
 import json
@@ -168,12 +171,25 @@ def _split_verses(text: str) -> list[tuple[int, str]]:
 # --- local files ----------------------------------------------------------------------------
 
 
+FOLDER_SUFFIX = ".txt"  # what a folder in ``paths`` stands for
+
+
+def folder_files(folder: str | os.PathLike) -> list[str]:
+    """The ``.txt`` files of a folder of ``paths`` and its subfolders, sorted by path."""
+    return sorted(str(p) for p in Path(folder).rglob(f"*{FOLDER_SUFFIX}") if p.is_file())
+
+
 def resolve_paths(paths: list[str], base_dir: str | os.PathLike = ".") -> list[str]:
-    """Expand globs relative to base_dir, sorted; a missing input raises FileNotFoundError."""
+    """Expand globs and folders relative to base_dir, sorted; a missing input raises
+    FileNotFoundError."""
     out: list[str] = []
     for pattern in paths:
         full = os.path.join(base_dir, pattern)
-        if glob.has_magic(pattern):
+        if os.path.isdir(full):
+            if not folder_files(full):
+                raise FileNotFoundError(f"corpus folder {full} holds no {FOLDER_SUFFIX} file")
+            out.extend(folder_files(full))
+        elif glob.has_magic(pattern):
             matches = sorted(p for p in glob.glob(full, recursive=True) if os.path.isfile(p))
             if not matches:
                 raise FileNotFoundError(f"no corpus file matches {pattern!r} (in {base_dir})")
@@ -188,6 +204,48 @@ def resolve_paths(paths: list[str], base_dir: str | os.PathLike = ".") -> list[s
                 f"unsupported corpus file {path}: use {TEXT_SUFFIXES} or {JSONL_SUFFIXES}"
             )
     return out
+
+
+def check_files(spec: dict, base_dir: str | os.PathLike = ".") -> None:
+    """A ``files`` corpus that will read: each folder holds ``.txt`` files, each file decodes
+    as UTF-8. Raises CorpusError naming ``paths[i]`` and the fix."""
+    for i, pattern in enumerate(spec["paths"]):
+        full = os.path.join(base_dir, pattern)
+        if os.path.isdir(full):
+            if not folder_files(full):
+                found = sorted(p.name for p in Path(full).rglob("*") if p.is_file())
+                more = " ..." if len(found) > 5 else ""
+                problem = f"folder {full} is empty"
+                if found:
+                    held = f"{', '.join(found[:5])}{more}"
+                    problem = f"folder {full} holds no {FOLDER_SUFFIX} file (it holds {held})"
+                raise CorpusError(f"paths[{i}]", f"{problem}; put the corpus's UTF-8 "
+                                  f"{FOLDER_SUFFIX} files in it")  # fmt: skip
+            files = folder_files(full)
+        else:
+            files = sorted(glob.glob(full, recursive=True)) if glob.has_magic(pattern) else [full]
+        for path in (f for f in files if os.path.isfile(f)):
+            if problem := _not_utf8(path):
+                raise CorpusError(f"paths[{i}]", f"{path} is not UTF-8 ({problem}); convert it, "
+                                  "e.g. iconv -f latin1 -t utf-8 (or leave it out)")  # fmt: skip
+
+
+def _not_utf8(path: str) -> str:
+    """Where a file stops decoding as UTF-8, or "" when it decodes."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            try:
+                decoder.decode(block)
+            except UnicodeDecodeError as err:
+                return f"byte 0x{block[err.start]:02x} at offset {offset + err.start}"
+            offset += len(block)
+    try:
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return "it ends inside a character"
+    return ""
 
 
 def _iter_files(files: list[str], text_field: str) -> Iterator[str]:

@@ -19,6 +19,7 @@ Snakemake pattern over the rules' wildcards (``{data}``, ``{model}``, ``{batch}`
         fingerprints.parquet, duplicates.csv, duplicates.html          (fingerprints)
         cache/<revision>.parquet                                         (each revision)
     results/studies/<study>/natural/, markov/                             a study's aggregates
+    results/studies/<study>/natural/heldout/                               heldout_natural
     results/logs/<rule>/<job>.log
 
 A key is ``settings_key`` of everything that decides a folder's files (``ihsweep.config.keys``
@@ -73,6 +74,9 @@ NATURAL_TABLES = (
 MARKOV_TABLES = (
     "emergence.csv", "cells.csv", "generator.csv", "emergence.html", "frontier.json", FINDINGS,
 )  # fmt: skip
+# The held-out validation of the law (heldout_natural), a folder of the natural aggregate's.
+HELDOUT_TABLES = ("heldout.csv", "heldout.json", "heldout.html", FINDINGS)
+HELDOUT_FIGURES = ("heldout",)
 FIGURE_FORMATS = ("png", "pdf")
 PROVENANCE = "provenance.json"
 
@@ -213,6 +217,17 @@ def natural_dir(study: str) -> str:
 def markov_dir(study: str) -> str:
     """The Markov-data aggregate of a study: experiments 2 and 3."""
     return f"{study_dir(study)}/markov"
+
+
+def heldout_dir(natural: str) -> str:
+    """The held-out validation of the law fitted in a natural aggregate folder."""
+    return f"{natural}/heldout"
+
+
+def heldout_outputs(folder: str) -> list[str]:
+    """Everything the held-out validation writes (``folder``: ``heldout_dir``)."""
+    tables = [aggregate_file(name, folder) for name in (*HELDOUT_TABLES, PROVENANCE)]
+    return tables + figure_files(HELDOUT_FIGURES, folder)
 
 
 def aggregate_file(name: str, folder: str) -> str:

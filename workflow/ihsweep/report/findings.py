@@ -94,6 +94,9 @@ def law_findings(
         )
     fitted = ["by least squares on log10 U_pt, with its 95% bootstrap intervals below.",
               left_out(fit), _seeds(fit, emergence)]  # fmt: skip
+    if (source := fit.get("exponents_source", "fitted")) != "fitted":  # lawfit.exponents
+        log10_T = f"{_num(fit['log10_T'])} {_interval(fit['log10_T_ci'])}"
+        fitted[0] = f"with a and b fixed ({source}), log10 T = {log10_T} fitted on log10 U_pt."
     intro = f"{heading} The law {rst.literal(LAW)}, " + rst.text(" ".join(x for x in fitted if x))
     rows = [
         ["", "this study [95% bootstrap CI]", "the paper"],
@@ -153,7 +156,8 @@ def _estimate_and_paper(fit: dict, key: str) -> list[str]:
     if value is None:
         return ["not fitted", f"{paper:g}"]
     if not ci:
-        return [f"{_num(value)} (no interval)", f"{paper:g}"]
+        fixed = fit.get("exponents_source", "fitted") != "fitted"
+        return [f"{_num(value)} ({'fixed' if fixed else 'no interval'})", f"{paper:g}"]
     where = "inside" if ci[0] <= paper <= ci[1] else "outside"
     return [f"{_num(value)} {_interval(ci)}", f"{paper:g} ({where} the interval)"]
 

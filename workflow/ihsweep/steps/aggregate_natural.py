@@ -25,7 +25,7 @@ import pandas as pd
 
 from ihsweep.analysis.duplicates import fitted_revisions, mark_undetermined, read_duplicates
 from ihsweep.analysis.emergence import emergence_table
-from ihsweep.analysis.lawfit import fit_law, fit_table
+from ihsweep.analysis.lawfit import fit_law, fit_table, fixed_exponents
 from ihsweep.config import complete
 from ihsweep.figures import natural as figures
 from ihsweep.files import layout
@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     # A suite's duplicate revisions are left out before anything is dated (docs/checkpoints.md).
     model_table = fitted_revisions(model_table, duplicates, args.keep_duplicates)
     emergence = mark_undetermined(emergence_table(model_table, spec), duplicates)
-    fit = fit_law(emergence, fit_spec["bootstrap"], fit_spec["seed"], fit_spec["model"])
+    exponents = fixed_exponents(fit_spec["exponents"])
+    fit = fit_law(emergence, fit_spec["bootstrap"], fit_spec["seed"], fit_spec["model"], exponents)
 
     with atomic_path(path("emergence.csv")) as tmp:
         emergence.to_csv(tmp, index=False)

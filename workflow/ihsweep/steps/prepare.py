@@ -4,7 +4,8 @@
 alone can tell; ``prepare`` adds the checks that need the layers below this one, each with the
 code that will run the step, so that what passes here is what the step accepts:
 
-- a hub corpus's local files and keys (``ihsweep.data.corpus``);
+- a hub corpus's local files and keys, a local corpus's folders and encoding
+  (``ihsweep.data.corpus``);
 - copy lengths that fit the context (``ihsweep.data.natural``), Markov cells whose
   repetition frequency the context can carry (``ihsweep.data.markov``);
 - checkpoint suites (``ihsweep.probing.suite``), and a note when they come from the hub;
@@ -22,7 +23,7 @@ from ihsweep.config import SCHEMA, ConfigError, Run, Study, expand_runs, read_st
 from ihsweep.config.study import configured_vocab_size
 from ihsweep.cost import GB, MEMORY_MARGIN
 from ihsweep.cost.study import StudyCost
-from ihsweep.data.corpus import CorpusError, check_huggingface
+from ihsweep.data.corpus import CorpusError, check_files, check_huggingface
 from ihsweep.data.markov import MIN_CONTEXT, context_start_probability
 from ihsweep.data.natural import copy_length_range
 from ihsweep.probing.suite import SuiteError, check_suite, hub_note
@@ -52,11 +53,13 @@ def prepare(config: dict, schema: str | Path = SCHEMA) -> Study:
 
 def _check_corpus(name: str, dataset: dict) -> None:
     corpus = dataset.get("corpus", {})
-    if corpus.get("source") == "huggingface":
-        try:  # a local folder or data file that is not there, keys that do not apply
-            check_huggingface(corpus)
-        except CorpusError as err:
-            raise ConfigError(str(err.within(f"datasets.{name}.corpus"))) from None
+    check = {"huggingface": check_huggingface, "files": check_files}.get(corpus.get("source"))
+    if check is None:
+        return
+    try:  # a local folder or data file that is not there, keys that do not apply, encoding
+        check(corpus)
+    except CorpusError as err:
+        raise ConfigError(str(err.within(f"datasets.{name}.corpus"))) from None
 
 
 def _check_suites(config: dict) -> None:
