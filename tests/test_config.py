@@ -444,7 +444,7 @@ def test_defaults_are_filled_in(monkeypatch):
         "min_layer": 1,
     }
     assert config["emergence"] == {"metric": "ps_max", "method": "crossing", "min_rise": 0.1}
-    assert config["lawfit"] == {"bootstrap": 1000, "seed": 0, "model": None}
+    assert config["lawfit"] == {"bootstrap": 1000, "seed": 0, "model": None, "exponents": None}
     assert config["training"]["lr"] == 0.001  # given values stay
     assert config["training"]["warmup_fraction"] == 0.01
     assert config["execution"] == {

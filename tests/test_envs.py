@@ -157,6 +157,7 @@ def test_the_analysis_env_runs_the_aggregates_and_figures():
     assert ANALYSIS_STEPS == {
         "aggregate_natural": "ihsweep.steps.aggregate_natural",
         "aggregate_markov": "ihsweep.steps.aggregate_markov",
+        "heldout_natural": "ihsweep.steps.heldout_natural",
         "run_figure": "ihsweep.steps.run_figure",
     }
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ihsweep.files.io import DamagedFile
+from ihsweep.files.io import RERUN, DamagedFile
 
 # duplicates.csv, one row per group (ihsweep.probing.fingerprints.duplicate_groups writes it)
 DUPLICATE_COLUMNS = ["suite", "kind", "revisions", "steps", "n_tensors", "tensors", "line"]
@@ -34,7 +34,7 @@ def read_duplicates(paths: list[Path]) -> pd.DataFrame:
     ``DamagedFile`` naming a file that cannot be read."""
     tables = [pd.DataFrame(columns=DUPLICATE_COLUMNS, dtype=str)]
     for path in paths:
-        remedy = f"remove it and run `snakemake {path}`: the probe_suite step rewrites it"
+        remedy = RERUN.format(path=path, step="probe_suite")
         try:
             table = pd.read_csv(path, dtype=str, keep_default_na=False)
         except (OSError, ValueError) as err:

@@ -42,7 +42,7 @@ from ihsweep.files.io import write_json
 
 STUDY_JSON = "study.json"
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # ihsweep: this module lives in ihsweep/report
 # What the aggregates are made from: the Python source and the report's templates.
 CODE_SUFFIXES = (".py", ".j2", ".css")
 
