@@ -1,45 +1,51 @@
-"""Every GPU measurement the paper study needs, in one command of about 8 minutes.
+"""Every GPU measurement the paper study needs, in one command of about 6 minutes.
 
     python3 bench/gpu_plan.py --out $OUT/gpu_plan.json   # one H100 or H200, the machine's python
-    python bench/gpu_plan.py --smoke --out /tmp/plan.json  # the same code on the CPU, in seconds
-    python bench/gpu_plan.py --project bench/results/gpu_plan-h100.json   # phase 6 again, here
+    python3 bench/gpu_plan.py --resume gpu_plan.json     # the next GPU loan: only what it lacks
+    python bench/gpu_plan.py --smoke --out /tmp/plan.json  # the same code on the CPU
+    python bench/gpu_plan.py --project bench/results/gpu_plan-h100.json   # phase 5 again, here
 
-GPU time is rare and short, so the plan measures everything at once and writes its JSON after
-every measurement (by default bench/results/gpu_plan-<device>.json): a run cut off still returns
-what it measured. Each measurement runs in a child process with a time limit (a compile that
-does not finish, or memory that runs out, costs one row, not the run). Phases:
+GPU time is rare and short (loans of about 15 minutes, start-up included), so the plan measures
+everything at once within ``--minutes`` (default 6) and writes its JSON after every measurement
+(by default bench/results/gpu_plan-<device>.json): a run cut off still returns what it measured,
+and the file holds a row for every (variant, cell), measured or why not ("not attempted: out
+of time"); ``--resume`` measures only the rows a file lacks. Each measurement runs in a child
+process with a time limit (a compile that does not finish, memory that runs out, or output
+without a well-formed result line costs one row, not the run). Phases, what the others are
+measured against first and the dearest last:
 
 1. **environment**: device, torch, triton, and the bf16 matmul rate the card reaches (8192^3).
-2. **correctness**: each variant against the eager baseline on one fixed batch at (32, 256):
-   the loss difference and the relative difference of all gradients (the model has V rows on
-   every path: padding lives inside the loss). A variant outside the tolerance is not timed.
-3. **baseline**: the paper model (2 layers, 8 heads, width 768, GPT-2's vocabulary of 50,257)
+2. **baseline**: the paper model (2 layers, 8 heads, width 768, GPT-2's vocabulary of 50,257)
    at (B, C) = (8, 64), (32, 256), (256, 1024) with today's eager trainer step
    (``ihsweep.training.step.train_step``: micro-batches, chunked loss, fused AdamW, clipping,
    bf16 autocast).
-4. **packing**: 1, 2, 4 and 8 training processes sharing the GPU at (8, 64) (time-sliced, no
+3. **packing**: 1, 2, 4 and 8 training processes sharing the GPU at (8, 64) (time-sliced, no
    MPS): tokens/s in all, against one process.
-5. **variants**: the trainer's step paths at each cell (``variant_path``, the words of a name):
-   ``compiled`` (``execution.compile``), ``padded`` (``execution.vocab_padding``: the lm-head
-   GEMM on 50,304 rows, the loss over the first 50,257 logits), ``fused``
-   (``execution.fused_loss``: lm head and cross-entropy a slice at a time, gradients in the
-   forward pass), and their combinations.
-6. **profile, paths and projection**: per variant, ``seconds per step = passes * overhead +
+4. **variants**, those in eager mode before those that compile, each from the smallest cell up:
+   the trainer's step paths (``variant_path``, the words of a name): ``compiled``
+   (``execution.compile``), ``padded`` (``execution.vocab_padding``: the lm-head GEMM on 50,304
+   rows, the loss over the first 50,257 logits), ``fused`` (``execution.fused_loss``: lm head
+   and cross-entropy a slice at a time, gradients in the forward pass), and their combinations.
+   Before its first row each is checked against eager on one fixed batch at (32, 256): the
+   loss difference, the relative difference of all gradients (the model has V rows on every
+   path: padding lives inside the loss), and the slices its lm head ran in; a variant outside
+   the tolerance is not timed.
+5. **profile, paths and projection**: per variant, ``seconds per step = passes * overhead +
    tokens * flops_per_token / (peak * mfu)`` fitted over its cells (``bench/device_profile.py``'s
    fit); the eager fit is the file's ``profile``, which ``execution.device_profile`` accepts; the
-   file's ``paths`` record each variant's settings, whether it passed its check and its
-   speed-up over eager per cell, from which a training job on this GPU resolves its ``auto``
-   settings (``ihsweep.training.execution.resolve_step_path``); and paper.yaml's device-hours
-   with and without early stop on each fit (``ihsweep.cost``). Where
+   file's ``paths`` record the cells eager was measured at and each variant's settings, whether
+   it passed its check and its speed-up over eager per cell, from which a training job on this
+   GPU resolves its ``auto`` settings (``ihsweep.training.execution.resolve_step_path``); and
+   paper.yaml's device-hours with and without early stop on each fit (``ihsweep.cost``). Where
    ihsweep's config cannot be read (the GPU machine has no jsonschema), ``--project`` redoes
    this phase from the JSON on a machine that has it.
 
 Every row gives tokens/s, ms per step, and MFU against the vendor's dense bf16 peak (989
 TFLOP/s for the H100 SXM and the H200) and against the measured matmul rate. Later speed work
 adds its variants to ``VARIANTS``; each is checked against the baseline before it is timed.
-``--smoke`` runs every phase on the CPU with a tiny model (vocabulary 257 padded to 320, cells
-(4, 16) and (8, 32), variants at (4, 16) only, 1 and 2 processes) and compiles with TorchDynamo's
-eager backend, so that the tests run the plan's code in about half a minute.
+``--smoke`` runs every phase on the CPU with a small model at GPT-2's vocabulary (cells (2, 32)
+and (4, 168), where the loss runs in three slices; variants at (4, 168); 1 and 2 processes) and
+compiles ``compiled`` through inductor (``padded-compiled`` left out: a second compile).
 """
 
 from __future__ import annotations
@@ -73,6 +79,7 @@ PLANS = {
         "model": {"n_layer": 2, "n_head": 8, "d_model": 768, "mlp": True},
         "vocab": 50257,
         "pad_to": 64,
+        "variants": VARIANTS,
         "cells": [(8, 64), (32, 256), (256, 1024)],
         "variant_cells": [(8, 64), (32, 256), (256, 1024)],
         "check_cell": (32, 256),
@@ -81,25 +88,33 @@ PLANS = {
         "pack_seconds": 6.0,
         "matmul_n": 8192,
         "seconds_per_cell": 2.0,
+        "warmup_steps": 2,
+        "min_steps": 3,
         "backend": "inductor",
         "tolerance": {"loss": 1e-2, "grad": 5e-2},  # bf16 autocast
         "limits": {"env": 90, "check": 150, "eager": 90, "pack": 90, "variant": 150},
     },
+    # GPT-2's vocabulary at a cell whose loss runs in three slices on the CPU (333, 333 and 2
+    # positions: cost.loss_chunk_rows), and one compiled variant, through inductor.
     "smoke": {
-        "model": {"n_layer": 2, "n_head": 2, "d_model": 32, "mlp": True},
-        "vocab": 257,
+        "model": {"n_layer": 1, "n_head": 2, "d_model": 32, "mlp": True},
+        "vocab": 50257,
         "pad_to": 64,
-        "cells": [(4, 16), (8, 32)],
-        "variant_cells": [(4, 16)],
-        "check_cell": (8, 32),
+        "variants": ("eager", "compiled", "padded", "fused", "padded-fused"),
+        "cells": [(2, 32), (4, 168)],
+        "variant_cells": [(4, 168)],
+        "check_cell": (4, 168),
         "pack": [1, 2],
-        "pack_cell": (4, 16),
+        "pack_cell": (2, 32),
         "pack_seconds": 0.3,
         "matmul_n": 256,
         "seconds_per_cell": 0.1,
-        "backend": "eager",
+        "warmup_steps": 1,
+        "min_steps": 1,
+        "backend": "inductor",
         "tolerance": {"loss": 1e-5, "grad": 1e-4},  # fp32
-        "limits": {"env": 60, "check": 60, "eager": 60, "pack": 60, "variant": 60},
+        # inductor's first compile on two busy CPU cores: 100-140 s
+        "limits": {"env": 60, "check": 300, "eager": 60, "pack": 60, "variant": 300},
     },
 }
 
@@ -197,6 +212,23 @@ def loss_and_grads(model, loss_fn, x, device):
     return float(loss.detach()), grads
 
 
+def logit_slices(model, loss_fn, x, device) -> list[int]:
+    """Positions of each lm-head GEMM (features [n, d] @ W_U.T [d, V or padded]) in a forward
+    pass of the loss, as the profiler saw them run: the slices the loss ran in. Call it after a
+    first call of ``loss_fn``: a compile's own tracing would count too."""
+    from torch.profiler import profile
+
+    with profile(record_shapes=True) as prof:
+        loss_fn(model, x, autocast_for(device))
+    d, vocab = model.cfg.d_model, model.cfg.vocab_size
+    return [
+        e.input_shapes[0][0]
+        for e in prof.events()
+        if e.name == "aten::mm" and len(e.input_shapes[1]) == 2
+        and e.input_shapes[1][0] == d and e.input_shapes[1][1] >= vocab
+    ]  # fmt: skip
+
+
 def compare_to_eager(variant: str, plan: dict, device, loss_fn=None) -> dict:
     """A variant's loss and gradients against the eager baseline's on one fixed batch, from
     the same weights (``loss_fn`` replaces the variant's own, for the tests)."""
@@ -211,7 +243,8 @@ def compare_to_eager(variant: str, plan: dict, device, loss_fn=None) -> dict:
     cfg, own_loss = variant_setup(variant, plan, C, device)
     model = build_model(cfg, device)
     model.load_state_dict(eager.state_dict())
-    loss_v, grads_v = loss_and_grads(model, loss_fn or own_loss, x, device)
+    loss_fn = loss_fn or own_loss
+    loss_v, grads_v = loss_and_grads(model, loss_fn, x, device)
     diff = sum(float((grads_v[k] - g).pow(2).sum()) for k, g in grads_e.items())
     norm = sum(float(g.pow(2).sum()) for g in grads_e.values())
     row = {
@@ -221,6 +254,7 @@ def compare_to_eager(variant: str, plan: dict, device, loss_fn=None) -> dict:
         "loss": loss_v,
         "loss_abs_diff": abs(loss_v - loss_e),
         "grad_rel_diff": math.sqrt(diff / norm),
+        "logit_slices": logit_slices(model, loss_fn, x, device),
     }
     tol = plan["tolerance"]
     row["passed"] = bool(
@@ -233,7 +267,7 @@ def task_check(plan: dict, task: dict) -> dict:
     return compare_to_eager(task["variant"], plan, worker_device(plan))
 
 
-def timed_steps(step, device, seconds: float, min_steps: int = 3) -> tuple[int, float]:
+def timed_steps(step, device, seconds: float, min_steps: int) -> tuple[int, float]:
     """Steps and wall seconds of a stretch of about ``seconds`` (at least ``min_steps``)."""
     start = time.perf_counter()
     step()
@@ -275,18 +309,19 @@ def prepared_step(plan: dict, task: dict, device):
 def task_time(plan: dict, task: dict) -> dict:
     """ms per step and tokens/s of one (variant, cell) after its warm-up (compiling included)."""
     import torch
+    from torch._dynamo.utils import counters
 
     device = worker_device(plan)
     B, C = task["cell"]
     step, micro_batch, passes = prepared_step(plan, task, device)
     start = time.perf_counter()
-    for _ in range(2):  # compiles a compiled variant
+    for _ in range(plan["warmup_steps"]):  # compiles a compiled variant
         step()
     synchronize(device)
     warmup = time.perf_counter() - start
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    steps, seconds = timed_steps(step, device, plan["seconds_per_cell"])
+    steps, seconds = timed_steps(step, device, plan["seconds_per_cell"], plan["min_steps"])
     return {
         "variant": task["variant"],
         "cell": [B, C],
@@ -299,6 +334,8 @@ def task_time(plan: dict, task: dict) -> dict:
         "peak_memory_gb": torch.cuda.max_memory_allocated(device) / 1e9
         if device.type == "cuda"
         else None,
+        # graphs inductor compiled or found in its cache; 0: not compiled by inductor
+        "inductor_graphs": sum(counters["inductor"][k] for k in INDUCTOR_GRAPHS),
     }
 
 
@@ -327,6 +364,9 @@ def task_pack(plan: dict, task: dict) -> dict:
 
 
 TASKS = {"env": task_env, "check": task_check, "time": task_time, "pack": task_pack}
+INDUCTOR_GRAPHS = ("fxgraph_cache_miss", "fxgraph_cache_hit", "fxgraph_cache_bypass")
+# A child's result is its stdout's last line that starts so; whatever else it prints is noise.
+RESULT = "gpu_plan result: "
 
 
 def worker(text: str) -> int:
@@ -334,22 +374,57 @@ def worker(text: str) -> int:
     plan = {**PLANS[task["plan"]], "name": task["plan"]}
     plan["cells"] = [tuple(c) for c in plan["cells"]]
     result = TASKS[task["kind"]](plan, task)
-    print(json.dumps(result))
+    print(RESULT + json.dumps(result), flush=True)
     return 0
+
+
+def parse_result(out: str) -> tuple[dict | None, str | None]:
+    """(a child's result, None), or (None, why there is none) for malformed output."""
+    lines = [line for line in out.splitlines() if line.startswith(RESULT)]
+    if not lines:
+        last = (out.strip().splitlines() or ["nothing"])[-1]
+        return None, f"malformed output: no result line; its last line: {last[:200]!r}"
+    try:
+        result = json.loads(lines[-1][len(RESULT) :])
+    except json.JSONDecodeError as err:
+        return None, f"malformed output: {err}: {lines[-1][:200]!r}"
+    if not isinstance(result, dict):
+        return None, f"malformed output: not a JSON object: {lines[-1][:200]!r}"
+    return result, None
 
 
 # --------------------------------------------------------------------------------------------
 # The parent: phases, limits, the JSON and the table
 
+OUT_OF_TIME = "not attempted: out of time"
+
 
 class Plan:
-    """The running plan: its record (written after every measurement) and its deadline."""
+    """The running plan: its record (written after every measurement) and its deadline. The
+    record's ``cells`` hold a row for every (variant, cell) from the start, each ``status``
+    "measured" or why not; ``previous``, a record of the same plan, keeps its measurements."""
 
-    def __init__(self, name: str, out: Path | None, minutes: float):
+    def __init__(self, name: str, out: Path | None, minutes: float, previous: dict | None = None):
         self.name, self.settings = name, PLANS[name]
         self.out, self.deadline = out, time.monotonic() + 60 * minutes
-        self.record = {"plan": name, "environment": None, "checks": [], "cells": [],
-                       "packing": [], "errors": []}  # fmt: skip
+        self.record = previous or {"plan": name, "environment": None, "checks": [],
+                                   "cells": [], "packing": [], "errors": []}  # fmt: skip
+        kept = {row_key(r): r for r in measured_rows(self.record)}
+        self.record["cells"] = [
+            kept.get((v, tuple(c)), {"variant": v, "cell": list(c), "status": OUT_OF_TIME})
+            for v in self.settings["variants"]
+            for c in self.settings["cells" if v == "eager" else "variant_cells"]
+        ]
+
+    def row(self, variant: str, cell) -> dict:
+        return next(r for r in self.record["cells"] if row_key(r) == (variant, tuple(cell)))
+
+    def set_row(self, row: dict) -> None:
+        self.record["cells"][self.record["cells"].index(self.row(*row_key(row)))] = row
+        self.write()
+
+    def out_of_time(self) -> bool:
+        return self.deadline - time.monotonic() < 1
 
     def limit(self, kind: str) -> float:
         return max(1.0, min(self.settings["limits"][kind], self.deadline - time.monotonic()))
@@ -357,24 +432,26 @@ class Plan:
     def command(self, task: dict) -> list[str]:
         return [sys.executable, str(HERE), "--worker", json.dumps({**task, "plan": self.name})]
 
-    def run(self, task: dict, kind: str) -> dict | None:
-        """One measurement in a child process; None (and an error row) when it fails."""
-        if self.deadline - time.monotonic() < 1:
-            return self.error(task, "skipped: the plan's time ran out")
+    def run(self, task: dict, kind: str) -> tuple[dict | None, str | None]:
+        """One measurement in a child process: (its result, None), or (None, why not), the
+        reason also in ``errors`` unless the plan's time had run out before it."""
+        if self.out_of_time():
+            return None, OUT_OF_TIME
         limit = self.limit(kind)
         finished = wait_for([start(self.command(task))], limit)
         if finished is None:
-            return self.error(task, f"timed out after {limit:.0f} s")
+            return None, self.error(task, f"timed out after {limit:.0f} s")
         (code, out, err), *_ = finished
         if code != 0:
-            return self.error(task, (err.strip().splitlines() or [f"exit code {code}"])[-1])
-        return json.loads(out.strip().splitlines()[-1])
+            return None, self.error(task, (err.strip().splitlines() or [f"exit code {code}"])[-1])
+        result, why = parse_result(out)
+        return result, why and self.error(task, why)
 
-    def error(self, task: dict, why) -> None:
-        self.record["errors"].append({"task": task, "error": str(why)})
+    def error(self, task: dict, why: str) -> str:
+        self.record["errors"].append({"task": task, "error": why})
         print(f"  {task.get('kind')} {task.get('variant', '')} {task.get('cell', '')}: {why}")
         self.write()
-        return None
+        return why
 
     def write(self) -> None:
         summarise(self.record)
@@ -388,16 +465,30 @@ class Plan:
         os.replace(tmp, self.out)
 
 
+def row_key(row: dict) -> tuple[str, tuple]:
+    return row["variant"], tuple(row["cell"])
+
+
+def measured_rows(record: dict) -> list[dict]:
+    return [r for r in record["cells"] if r["status"] == "measured"]
+
+
 def vendor_peak(device_name: str) -> float | None:
     return next((peak for key, peak in VENDOR_PEAK.items() if key in device_name.upper()), None)
 
 
 def phase_environment(plan: Plan) -> bool:
-    env = plan.run({"kind": "env"}, "env")
+    """The device and its matmul rate; on ``--resume``, only that the device is the file's."""
+    env, why = plan.run({"kind": "env"}, "env")
     if env is None:
         return False
+    previous = plan.record["environment"]
+    if previous is not None and previous["device"] != env["device"]:
+        print(f"error: {plan.out} was measured on {previous['device']}, this is {env['device']}:"
+              f" resume it on the same GPU, or give --out a new file", file=sys.stderr)  # fmt: skip
+        return False
     env["vendor_peak_tflops"] = vendor_peak(env["device"]) if plan.name == "gpu" else None
-    plan.record["environment"] = env
+    plan.record["environment"] = previous or env
     plan.write()
     print(f"{env['device']}: torch {env['torch']}, CUDA {env['cuda']}, triton {env['triton']};"
           f" matmul {env['matmul_tflops']:.1f} TFLOP/s"
@@ -405,22 +496,21 @@ def phase_environment(plan: Plan) -> bool:
     return True
 
 
-def phase_correctness(plan: Plan) -> list[str]:
-    """The variants that match the baseline (``eager`` first)."""
-    passed = ["eager"]
-    for variant in VARIANTS[1:]:
-        row = plan.run({"kind": "check", "variant": variant}, "check")
+def check(plan: Plan, variant: str) -> str | None:
+    """A variant's correctness check against eager; None when it passed, else why not."""
+    done = {row["variant"]: row for row in plan.record["checks"]}
+    row = done.get(variant)
+    if row is None:
+        row, why = plan.run({"kind": "check", "variant": variant}, "check")
         if row is None:
-            continue
+            return why if why == OUT_OF_TIME else f"not timed: its check failed to run: {why}"
         plan.record["checks"].append(row)
         plan.write()
         verdict = "ok" if row["passed"] else "FAILED: not timed"
         print(f"check {variant:16s} loss {row['loss']:.6f} vs {row['loss_eager']:.6f}"
-              f" (|diff| {row['loss_abs_diff']:.2e}), grad rel diff {row['grad_rel_diff']:.2e}:"
-              f" {verdict}", flush=True)  # fmt: skip
-        if row["passed"]:
-            passed.append(variant)
-    return passed
+              f" (|diff| {row['loss_abs_diff']:.2e}), grad rel diff {row['grad_rel_diff']:.2e},"
+              f" lm head in {len(row['logit_slices'])} slices: {verdict}", flush=True)  # fmt: skip
+    return None if row["passed"] else "not timed: it failed its check against eager"
 
 
 def with_mfu(row: dict, plan: Plan) -> dict:
@@ -437,23 +527,53 @@ def with_mfu(row: dict, plan: Plan) -> dict:
     return row
 
 
-def phase_cells(plan: Plan, variants: list[str]) -> None:
-    """Time each variant at each cell: the cheap ones first, compiling the largest cell last
-    (it may not finish in its time)."""
-    cells = plan.settings["cells" if variants == ["eager"] else "variant_cells"]
+def variant_order(plan: Plan) -> list[tuple[str, tuple]]:
+    """Every (variant, cell) to time after the baseline, cheapest first: the eager-mode ones
+    before those that compile, each from the smallest cell up."""
+    settings = plan.settings
+    rows = [(v, tuple(c)) for v in settings["variants"][1:] for c in settings["variant_cells"]]
 
-    def order(task):
-        variant, cell = task
-        compiled = variant.endswith("compiled")
-        return (compiled * (1 + (cell == cells[-1])), cells.index(cell), VARIANTS.index(variant))
+    def cost(row):
+        variant, (B, C) = row
+        return "compiled" in variant.split("-"), B * C, VARIANTS.index(variant)
 
-    for variant, cell in sorted(((v, c) for v in variants for c in cells), key=order):
-        kind = "eager" if variant == "eager" else "variant"
-        row = plan.run({"kind": "time", "variant": variant, "cell": list(cell)}, kind)
-        if row is not None:
-            plan.record["cells"].append(with_mfu(row, plan))
-            plan.write()
-            print_cell(row)
+    return sorted(rows, key=cost)
+
+
+def phase_baseline(plan: Plan) -> None:
+    """The eager step at every cell, smallest first: what every other row is measured against."""
+    for cell in sorted(plan.settings["cells"], key=lambda c: c[0] * c[1]):
+        measure(plan, "eager", cell, "eager")
+
+
+def phase_variants(plan: Plan) -> None:
+    """Each variant, checked against eager before its first row, at each cell, cheapest first."""
+    verdicts = {}  # variant: None (passed its check) or why not, once per run
+    for variant, cell in variant_order(plan):
+        if plan.row(variant, cell)["status"] == "measured":
+            continue
+        if verdicts.get(variant, OUT_OF_TIME) == OUT_OF_TIME:
+            verdicts[variant] = check(plan, variant)
+        why = verdicts[variant]
+        if why is None:
+            measure(plan, variant, cell, "variant")
+        elif why != OUT_OF_TIME:
+            plan.set_row({"variant": variant, "cell": list(cell), "status": why})
+
+
+def measure(plan: Plan, variant: str, cell, kind: str) -> None:
+    """One (variant, cell) timed, unless a previous run measured it: its row, measured or why
+    not."""
+    if plan.row(variant, cell)["status"] == "measured":
+        return
+    row, why = plan.run({"kind": "time", "variant": variant, "cell": list(cell)}, kind)
+    if row is None:
+        status = why if why == OUT_OF_TIME else f"failed: {why}"
+        plan.set_row({"variant": variant, "cell": list(cell), "status": status})
+        return
+    row = with_mfu({**row, "status": "measured"}, plan)
+    plan.set_row(row)
+    print_cell(row)
 
 
 def print_cell(row: dict) -> None:
@@ -494,34 +614,50 @@ def wait_for(procs: list[subprocess.Popen], timeout: float) -> list[tuple] | Non
 
 
 def phase_packing(plan: Plan) -> None:
-    cell = list(plan.settings["pack_cell"])
+    """n processes training at once, for each n a previous run did not measure."""
+    done = {row["processes"] for row in plan.record["packing"]}
     for n in plan.settings["pack"]:
-        with tempfile.TemporaryDirectory() as barrier:
-            tasks = [{"kind": "pack", "cell": cell, "n": n, "index": i, "barrier": barrier,
-                      "plan": plan.name} for i in range(n)]  # fmt: skip
-            finished = wait_for([start(plan.command(t)) for t in tasks], plan.limit("pack"))
-        if finished is None:
-            plan.error({"kind": "pack", "n": n}, "timed out")
+        if n in done:
             continue
-        failed = [err.strip().splitlines()[-1:] for code, _, err in finished if code]
-        if failed:
-            plan.error({"kind": "pack", "n": n}, f"a process failed: {failed[0]}")
+        task = {"kind": "pack", "n": n}
+        if plan.out_of_time():
+            plan.error(task, OUT_OF_TIME)
             continue
-        outputs = [out for _, out, _ in finished]
-        rows = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
+        rows, why = packed_run(plan, n)
+        if rows is None:
+            plan.error(task, why)
+            continue
         total = sum(r["tokens_per_second"] for r in rows)
         per_process = [r["tokens_per_second"] for r in rows]
+        cell = list(plan.settings["pack_cell"])
         plan.record["packing"].append(
             {"processes": n, "cell": cell, "tokens_per_second": total, "per_process": per_process}
         )
-        one = plan.record["packing"][0]["tokens_per_second"]
-        print(f"packing {n} processes at {tuple(cell)}: {total:12,.0f} tok/s in all,"
-              f" {total / one:.2f}x one process", flush=True)  # fmt: skip
+        plan.record["packing"].sort(key=lambda row: row["processes"])
+        print(f"packing {n} processes at {tuple(plan.settings['pack_cell'])}:"
+              f" {total:12,.0f} tok/s in all", flush=True)  # fmt: skip
         plan.write()
 
 
+def packed_run(plan: Plan, n: int) -> tuple[list[dict] | None, str | None]:
+    """The results of ``n`` processes training at once, or (None, why not)."""
+    cell = list(plan.settings["pack_cell"])
+    with tempfile.TemporaryDirectory() as barrier:
+        tasks = [{"kind": "pack", "cell": cell, "n": n, "index": i, "barrier": barrier,
+                  "plan": plan.name} for i in range(n)]  # fmt: skip
+        finished = wait_for([start(plan.command(t)) for t in tasks], plan.limit("pack"))
+    if finished is None:
+        return None, "timed out"
+    failed = [err.strip().splitlines()[-1:] for code, _, err in finished if code]
+    if failed:
+        return None, f"a process failed: {failed[0]}"
+    rows = [parse_result(out) for _, out, _ in finished]
+    bad = [why for row, why in rows if row is None]
+    return (None, bad[0]) if bad else ([row for row, _ in rows], None)
+
+
 # --------------------------------------------------------------------------------------------
-# Phase 6: profiles and the projection of paper.yaml (arithmetic: also --project)
+# Phase 5: profiles and the projection of paper.yaml (arithmetic: also --project)
 
 
 def fit_profile(rows: list[dict], matmul_tflops: float, memory_gb) -> dict:
@@ -565,13 +701,13 @@ def project(profile: dict, name: str) -> dict:
 
 
 def summarise(record: dict) -> None:
-    """Phase 6 on what the record holds so far: profiles per variant, the projection."""
+    """Phase 5 on what the record holds so far: profiles per variant, the projection."""
     env = record["environment"]
-    if env is None or not record["cells"]:
+    if env is None or not measured_rows(record):
         return
     profiles = {}
     for variant in VARIANTS:
-        rows = [r for r in record["cells"] if r["variant"] == variant]
+        rows = [r for r in measured_rows(record) if r["variant"] == variant]
         if rows:
             profiles[variant] = fit_profile(rows, env["matmul_tflops"], env["memory_gb"])
     record["profiles"] = profiles
@@ -587,13 +723,14 @@ def summarise(record: dict) -> None:
 
 
 def measured_paths(record: dict) -> dict:
-    """What a training job's ``auto`` reads (``execution.resolve_step_path``): per variant its
-    settings, whether it matched eager, and its speed-up over eager at each cell ("BxC")."""
+    """What a training job's ``auto`` reads (``execution.resolve_step_path``): the ``cells``
+    ("BxC") where eager was measured, and per variant its settings, whether it matched eager,
+    and its speed-up over eager at each of those cells where it was measured too."""
     checks = {row["variant"]: row["passed"] for row in record["checks"]}
-    ms = {(row["variant"], tuple(row["cell"])): row["ms_per_step"] for row in record["cells"]}
+    ms = {row_key(row): row["ms_per_step"] for row in measured_rows(record)}
     plan = PLANS[record["plan"]]
     variants = {}
-    for variant in VARIANTS[1:]:
+    for variant in plan["variants"][1:]:
         speedup = {
             f"{b}x{c}": round(ms["eager", (b, c)] / ms[variant, (b, c)], 3)
             for v, (b, c) in ms
@@ -604,13 +741,15 @@ def measured_paths(record: dict) -> dict:
             "correct": checks.get(variant, False),
             "speedup": speedup,
         }
-    return {"device": record["environment"]["device"], "variants": variants}
+    cells = [f"{b}x{c}" for v, (b, c) in ms if v == "eager"]
+    return {"device": record["environment"]["device"], "cells": cells, "variants": variants}
 
 
 def print_table(record: dict) -> None:
     """ms per step of every timed (cell, variant), and each variant's speed-up over eager."""
-    cells = sorted({tuple(r["cell"]) for r in record["cells"]}, key=lambda c: c[0] * c[1])
-    ms = {(tuple(r["cell"]), r["variant"]): r["ms_per_step"] for r in record["cells"]}
+    rows = measured_rows(record)
+    cells = sorted({tuple(r["cell"]) for r in rows}, key=lambda c: c[0] * c[1])
+    ms = {(tuple(r["cell"]), r["variant"]): r["ms_per_step"] for r in rows}
     print(f"{'(B, C)':12s}" + "".join(f"{v:>24s}" for v in VARIANTS))
     for cell in cells:
         eager = ms.get((cell, "eager"))
@@ -623,8 +762,11 @@ def print_table(record: dict) -> None:
 
 
 def print_summary(record: dict) -> None:
-    if record["cells"]:
+    if measured_rows(record):
         print_table(record)
+    missing = [r for r in record["cells"] if r["status"] != "measured"]
+    for row in missing:
+        print(f"{str(tuple(row['cell'])):12s} {row['variant']:16s} {row['status']}")
     for row in record["packing"]:
         total, one = row["tokens_per_second"], record["packing"][0]["tokens_per_second"]
         print(f"{row['processes']} processes at {tuple(row['cell'])}: "
@@ -650,8 +792,16 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--smoke", action="store_true", help="the CPU plan of the tests")
     parser.add_argument("--out", type=Path, help="the JSON (default bench/results/...)")
-    parser.add_argument("--minutes", type=float, default=8.0, help="the plan's deadline")
-    parser.add_argument("--project", type=Path, help="redo phase 6 on this JSON, and print")
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=6.0,
+        help="the plan's deadline (6: a 15-minute GPU loan, start-up included)",
+    )
+    parser.add_argument(
+        "--resume", type=Path, help="a plan's JSON: measure only what it lacks, into it (or --out)"
+    )
+    parser.add_argument("--project", type=Path, help="redo phase 5 on this JSON, and print")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -662,13 +812,12 @@ def main(argv=None) -> int:
         args.project.write_text(json.dumps(record, indent=1) + "\n")
         print_summary(record)
         return 0
-    plan = Plan("smoke" if args.smoke else "gpu", args.out, args.minutes)
+    plan = new_plan(args)
     if not phase_environment(plan):
         return 1
-    variants = phase_correctness(plan)
-    phase_cells(plan, ["eager"])
+    phase_baseline(plan)
     phase_packing(plan)
-    phase_cells(plan, variants[1:])
+    phase_variants(plan)
     plan.write()
     print_summary(plan.record)
     usable = (
@@ -678,6 +827,19 @@ def main(argv=None) -> int:
     )
     print(f"wrote {plan.out}; {usable}")
     return 0
+
+
+def new_plan(args) -> Plan:
+    """The plan of the command line: a fresh one, or on ``--resume`` the file's, continued."""
+    if args.resume is None:
+        return Plan("smoke" if args.smoke else "gpu", args.out, args.minutes)
+    try:
+        previous = json.loads(args.resume.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise SystemExit(
+            f"error: --resume {args.resume}: {err}; give the JSON a plan wrote"
+        ) from None
+    return Plan(previous["plan"], args.out or args.resume, args.minutes, previous)
 
 
 if __name__ == "__main__":

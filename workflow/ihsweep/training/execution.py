@@ -98,38 +98,45 @@ def step_path(execution: Execution, device: torch.device, batch_size: int, conte
     return resolve_step_path(dataclasses.asdict(execution), batch_size, context, measured)
 
 
+# A measured speed-up below this does not change a job's path: run-to-run noise on one GPU
+# reaches a few percent, and a path taken for noise is a path taken for nothing.
+MIN_SPEEDUP = 1.1
+
+
 def resolve_step_path(
     settings: dict, batch_size: int, context: int, measured: dict | None
 ) -> StepPath:
     """The job's ``StepPath`` from its ``execution`` settings ``compile``, ``vocab_padding``
     and ``fused_loss``. A set value is taken as it is. Those left ``auto`` take the values of
     the fastest path that ``measured`` (a ``bench/gpu_plan.py`` file's ``paths``, for the GPU
-    this job got; ``measured_paths``) found correct and faster than the plain path at the
-    measured cell nearest this job's B * C, among the paths that agree with the set values;
-    without one (on the CPU, or with no measurement of this GPU) the plain path's: eager,
-    V rows, chunked."""
+    this job got; ``measured_paths``) found correct and at least ``MIN_SPEEDUP`` times as fast
+    as eager, in the same plan, at the measured cell nearest this job's B * C, among the paths
+    that agree with the set values. A path with no row at that cell (not measured, or failed
+    there) counts as not faster: no speed-up is borrowed from another cell. Without one (on the
+    CPU, or with no measurement of this GPU) the plain path's: eager, V rows, chunked."""
     fixed = {key: settings[key] for key in STEP_SETTINGS if settings.get(key, "auto") != "auto"}
     plain = StepPath().settings()
-    best, best_speedup = plain, 1.0
+    cell = nearest_cell((measured or {}).get("cells", []), batch_size * context)
+    best, best_speedup = plain, 0.0
     for variant in (measured or {}).get("variants", {}).values():
         if not variant["correct"] or any(variant["settings"][k] != v for k, v in fixed.items()):
             continue
-        speedup = nearest_cell(variant["speedup"], batch_size * context)
-        if speedup is not None and speedup > best_speedup:
+        speedup = variant["speedup"].get(cell, 0.0)
+        if speedup >= MIN_SPEEDUP and speedup > best_speedup:
             best, best_speedup = variant["settings"], speedup
-    return StepPath.of({**plain, **(best if best is not plain else {}), **fixed})
+    return StepPath.of({**plain, **best, **fixed})
 
 
-def nearest_cell(by_cell: dict[str, float], tokens_per_step: int) -> float | None:
-    """The value at the cell ("BxC") whose B * C is nearest ``tokens_per_step`` (in ratio)."""
-    if not by_cell:
+def nearest_cell(cells: list[str], tokens_per_step: int) -> str | None:
+    """The cell ("BxC") whose B * C is nearest ``tokens_per_step`` (in ratio); None if none."""
+    if not cells:
         return None
 
     def distance(cell: str) -> float:
         b, c = (int(n) for n in cell.split("x"))
         return abs(math.log(b * c / tokens_per_step))
 
-    return by_cell[min(by_cell, key=distance)]
+    return min(cells, key=distance)
 
 
 def measured_paths(device_profile: str | None, device: torch.device) -> dict | None:
