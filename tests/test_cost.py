@@ -450,7 +450,14 @@ def test_a_study_that_trains_on_the_cpu_is_shown_in_core_hours_and_host_memory()
     # On a machine without a GPU, device auto trains on the CPU: the report speaks of it, and a
     # last line gives the GPU the cluster jobs are sized for.
     report, table = cost_report(gpu_sized, gpu_here=False)
-    assert report.startswith(shown(cpu_sized))
+    # What its cluster jobs ask for stays the study's own (execution.gpu: auto, run by run).
+    cluster = ["walltime_min", "gpus", "gpu_speedup"]
+    cpu_table = cost_table(StudyCost(cpu_sized))
+    assert table.drop(columns=cluster).equals(cpu_table.drop(columns=cluster))
+    assert list(table.gpus) == [StudyCost(gpu_sized).gpus(run) for run in gpu_sized.runs]
+    assert list(table.walltime_min) == [
+        StudyCost(gpu_sized).train_minutes(run) for run in gpu_sized.runs
+    ]
     assert f"full budgets: 0.09B tokens, {core_hours:.1f} core-hours" in report
     assert "host_GB" in report and "GPU_GB" not in report and "/80" not in report
     assert table.device_hours.sum() == core_hours
