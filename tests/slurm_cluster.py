@@ -3,9 +3,10 @@
 ``LocalSlurm(root).start()`` runs munged, slurmctld and slurmd from the Debian packages (which
 ``.ci/run`` installs with apt-get; nothing is installed here) as plain child processes, with
 every state, spool, log and pid file under ``root``, two fake GPUs (character devices like
-/dev/null: SLURM counts and hands them out, CUDA never sees them) and one default partition named
-like the slurm profile's default (``gpu``), so that the real profile needs no partition
-override. ``stop()`` stops the three daemons by pid and removes the config files it wrote.
+/dev/null: SLURM counts and hands them out, CUDA never sees them) and the two partitions the
+slurm profile names, its ``slurm_partition`` (the default: jobs without a GPU) and its
+``gpu_partition``, over the one node, so that the real profile needs no partition override.
+``stop()`` stops the three daemons by pid and removes the config files it wrote.
 
 Facts this relies on (each seen with Slurm 22.05 and snakemake-executor-plugin-slurm 2.8): the
 config must be at /etc/slurm/slurm.conf (jobs lose ``SLURM_CONF``), so this needs root; without
@@ -22,9 +23,11 @@ import subprocess
 import time
 from pathlib import Path
 
+import yaml
+
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo")
 CONF_DIR = Path("/etc/slurm")
-PARTITION = "gpu"  # the slurm profile's default partition
+PROFILE = Path(__file__).resolve().parents[1] / "slurm" / "config.yaml"
 N_GPUS = 2
 
 
@@ -115,6 +118,7 @@ class LocalSlurm:
     def slurm_conf(self) -> str:
         cpus = os.cpu_count() or 1
         mem_mb = _memory_mb() * 9 // 10
+        partitions = yaml.safe_load(PROFILE.read_text())["default-resources"]
         r = self.root
         return f"""\
 ClusterName=ihsweep-test
@@ -142,7 +146,8 @@ SlurmctldLogFile={r}/log/slurmctld.log
 SlurmdLogFile={r}/log/slurmd.log
 GresTypes=gpu
 NodeName={self.host} CPUs={cpus} RealMemory={mem_mb} Gres=gpu:fake:{N_GPUS} State=UNKNOWN
-PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PartitionName={partitions["slurm_partition"]} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PartitionName={partitions["gpu_partition"]} Nodes=ALL MaxTime=INFINITE State=UP
 """
 
     def gres_conf(self) -> str:

@@ -154,6 +154,45 @@ def test_auto_picks_the_largest_micro_batch_that_fits():
 
 
 # --------------------------------------------------------------------------------------------
+# Which jobs ask for a GPU
+
+
+def study_of(path: str, **execution):
+    config = yaml.safe_load((REPO / path).read_text())
+    config["execution"] = {**config.get("execution", {}), **execution}
+    return prepare(config, SCHEMA)
+
+
+def test_gpu_auto_asks_for_one_where_the_profile_predicts_3x():
+    """execution.gpu: auto gives a run's jobs a GPU exactly where the study's profile predicts
+    it at least GPU_MIN_SPEEDUP times as fast as the CPU profile (both recomputed here from
+    the profiles' constants); a number forces every run; a CPU job's walltime is the CPU's."""
+    for path in ("config.yaml", "workflow/studies/paper.yaml"):
+        costed = StudyCost(study_of(path, gpu="auto"))
+        gpu, cpu = costed.gpu_kind, cost.DEVICE_PROFILES["cpu"]
+        for run in costed.study.runs:
+            model, vocab = costed.study.model_of(run), costed.study.vocab_size_of(run.data)
+            fpt = cost.flops_per_token(model, vocab, run.context_size)
+            # one pass per update: these runs fit both devices whole
+            per_update = [
+                p["step_overhead_ms"] / 1e3
+                + run.tokens_per_step * fpt / (p["peak_tflops"] * 1e12 * p["mfu"])
+                for p in (cpu, gpu)
+            ]
+            assert costed.gpu_speedup(run) == pytest.approx(per_update[0] / per_update[1])
+            want = int(per_update[0] / per_update[1] >= cost.GPU_MIN_SPEEDUP)
+            assert costed.gpus(run) == want, run
+            seconds = costed.study.total_steps(run) * per_update[want]
+            assert costed.train_minutes(run) == cost.job_minutes(seconds, costed.execution, 1)
+        assert {costed.gpus(run) for run in costed.study.runs} >= (
+            {1} if path.endswith("paper.yaml") else set()
+        )
+        for forced in (0, 2):
+            forced_cost = StudyCost(study_of(path, gpu=forced))
+            assert {forced_cost.gpus(run) for run in forced_cost.study.runs} == {forced}
+
+
+# --------------------------------------------------------------------------------------------
 # Profiles
 
 
@@ -411,7 +450,14 @@ def test_a_study_that_trains_on_the_cpu_is_shown_in_core_hours_and_host_memory()
     # On a machine without a GPU, device auto trains on the CPU: the report speaks of it, and a
     # last line gives the GPU the cluster jobs are sized for.
     report, table = cost_report(gpu_sized, gpu_here=False)
-    assert report.startswith(shown(cpu_sized))
+    # What its cluster jobs ask for stays the study's own (execution.gpu: auto, run by run).
+    cluster = ["walltime_min", "gpus", "gpu_speedup"]
+    cpu_table = cost_table(StudyCost(cpu_sized))
+    assert table.drop(columns=cluster).equals(cpu_table.drop(columns=cluster))
+    assert list(table.gpus) == [StudyCost(gpu_sized).gpus(run) for run in gpu_sized.runs]
+    assert list(table.walltime_min) == [
+        StudyCost(gpu_sized).train_minutes(run) for run in gpu_sized.runs
+    ]
     assert f"full budgets: 0.09B tokens, {core_hours:.1f} core-hours" in report
     assert "host_GB" in report and "GPU_GB" not in report and "/80" not in report
     assert table.device_hours.sum() == core_hours

@@ -51,7 +51,8 @@ def test_each_rule_takes_the_settings_that_name_it_as_resources_and_flags():
     train = [s.key for s in rule_settings("train")]
     assert train == [
         "device", "threads", "progress_seconds", "gpu", "gpu_model", "train_mem_mb",
-        "micro_batch", "compile", "vocab_padding", "fused_loss", "device_profile",
+        "micro_batch", "compile", "vocab_padding", "fused_loss", "capturable_update",
+        "device_profile",
     ]  # fmt: skip
     probe = [s.key for s in rule_settings("probe")]
     assert probe == [s.key for s in rule_settings("probe_suite")]
@@ -61,6 +62,9 @@ def test_each_rule_takes_the_settings_that_name_it_as_resources_and_flags():
     assert resources["compile"] == "true" and resources["gpu_model"] == ""
     flags = rule_flags("train")
     assert "--threads={threads}" in flags and "--train-mem-mb={resources.mem_mb:q}" in flags
+    # a resource the rule computes per job (execution.gpu: auto) replaces the setting's value
+    per_job = rule_resources(complete("execution"), "train", gpu=len)
+    assert resources["gpu"] == "auto" and per_job["gpu"] is len
 
 
 @pytest.mark.parametrize(
@@ -70,6 +74,8 @@ def test_each_rule_takes_the_settings_that_name_it_as_resources_and_flags():
         ("compile", "true", True),
         ("compile", "auto", "auto"),
         ("micro_batch", "4", 4),
+        ("gpu", "0", 0),
+        ("gpu", "auto", "auto"),
         ("gpu_model", "", None),
         ("gpu_model", "a100", "a100"),
         ("device_profile", "h100.json", "h100.json"),

@@ -1,7 +1,7 @@
 """The study on a real single-node SLURM cluster, through the real `slurm` profile.
 
 The cluster (tests/slurm_cluster.py) runs munged, slurmctld and slurmd on this machine with two
-fake GPUs and a default partition named like the profile's, so the only test-cluster overrides
+fake GPUs and the partitions the profile names, so the only test-cluster overrides
 are fast status polling. Every Snakemake command here is ``snakemake --profile <repo>/slurm``,
 with the job command lines, sbatch calls and retries of a real cluster. Skipped, with the reason,
 where the SLURM binaries are missing or the tests do not run as root.

@@ -1239,3 +1239,31 @@ def test_failed_writes_keep_the_old_files_and_leave_no_temporary(tmp_path):
     assert {p: p.read_bytes() for p in files} == before
     assert int(load_resume_state(tmp_path)[0]["step"]) == 5
     assert [m["step"] for m in list_checkpoints(tmp_path)] == [5]
+
+
+def test_capturable_update_follows_todays_update_for_200_steps(tmp_path, data_dir, capsys):
+    """``execution.capturable_update: true`` forced on the CPU (its ``auto`` is today's update
+    there): the learning rate is one fp64 tensor written in place and bound to every group,
+    the clipping never reads the norm on the host, and the loss curve of 200 updates equals
+    today's to float rounding. The tolerance is that of loss.csv's six decimals: on the CPU
+    both updates do the same arithmetic (a scale of exactly 1 multiplies nothing away; the
+    fp64 tensor holds the float it replaces), so any difference is a rounding of the print."""
+    spec = make_spec(steps=200, every=100, grad_clip=0.5)  # a clip that acts on some updates
+    assert Job.build(spec, data_dir, CPU).held_lr is None  # auto: today's update
+    job = Job.build(spec, data_dir, replace(CPU, capturable_update=True))
+    held = job.held_lr
+    job.set_lr(1e-3)
+    assert all(group["lr"] is held for group in job.optim.param_groups) and held.item() == 1e-3
+    job.set_lr(2e-3)
+    assert held.item() == 2e-3 and job.held_lr is held  # the same tensor, written in place
+    runs = {}
+    for name, capturable in (("today", "auto"), ("capturable", True)):
+        train(spec, data_dir, tmp_path / name, replace(CPU, capturable_update=capturable))
+        rows = [r for r in loss_rows(tmp_path / name) if r[2] == "train"]
+        runs[name] = np.array([float(r[3]) for r in rows]), final_weights(tmp_path / name)
+    assert "capturable update" in capsys.readouterr().out
+    (today, today_weights), (capturable, weights) = runs["today"], runs["capturable"]
+    assert len(today) == 200
+    np.testing.assert_allclose(capturable, today, rtol=0, atol=1.5e-6)
+    for name, weight in today_weights.items():
+        torch.testing.assert_close(weights[name], weight, rtol=1e-6, atol=1e-7)

@@ -200,6 +200,47 @@ def train_runtime(wildcards, attempt):
     return COST.train_minutes(Run.from_wildcards(wildcards), attempt)
 
 
+def profile_resource(name):
+    """A default resource of the profile (slurm/config.yaml's default-resources), or None."""
+    resource = (workflow.resource_settings.default_resources or {}).get(name)
+    if resource is None:
+        return None
+    # A profile's value is an expression of the job; a partition's name depends on none.
+    job = dict(
+        wildcards={}, input=(), attempt=1, threads=1, rulename="", async_run=None
+    )
+    return resource.evaluate(**job).value
+
+
+# Where a cluster job goes: a job that asks for a GPU to the profile's gpu_partition, any other
+# (data preparation, training and probes the GPU would not speed up) to its slurm_partition.
+GPU_PARTITION = profile_resource("gpu_partition")
+CPU_PARTITION = profile_resource("slurm_partition")
+
+
+def gpu_resources(gpus):
+    """A rule's GPUs, ``gpus(wildcards)``, and the partition that follows from them."""
+    if GPU_PARTITION is None:
+        return {"gpu": gpus}
+
+    def partition(wildcards):
+        return GPU_PARTITION if gpus(wildcards) else CPU_PARTITION
+
+    return {"gpu": gpus, "slurm_partition": partition}
+
+
+def run_gpus(wildcards):
+    """GPUs of a run's training and probe jobs (config `execution.gpu`, ihsweep.cost)."""
+    return COST.gpus(Run.from_wildcards(wildcards))
+
+
+def suite_gpus(wildcards):
+    """GPUs of a checkpoint suite's probe job: the cost model has no suite's model, so auto
+    asks for one."""
+    gpus = EXECUTION_SETTINGS["gpu"]
+    return 1 if gpus == "auto" else gpus
+
+
 def tokenize_runtime(wildcards, attempt):
     return COST.tokenize_minutes(wildcards.data, attempt)
 

@@ -13,7 +13,7 @@ rule probe:
         "../../envs/train.yaml"
     threads: EXECUTION_SETTINGS["threads"]
     resources:
-        **rule_resources(EXECUTION_SETTINGS, "probe"),
+        **rule_resources(EXECUTION_SETTINGS, "probe", **gpu_resources(run_gpus)),
         runtime=probe_runtime,
     params:
         probe=probe_json,
@@ -81,7 +81,7 @@ rule probe_suite:
         "../../envs/train.yaml"
     threads: EXECUTION_SETTINGS["threads"]
     resources:
-        **rule_resources(EXECUTION_SETTINGS, "probe_suite"),
+        **rule_resources(EXECUTION_SETTINGS, "probe_suite", **gpu_resources(suite_gpus)),
         runtime=probe_runtime,
     params:
         suite=suite_spec_json,

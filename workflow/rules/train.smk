@@ -18,7 +18,7 @@ rule train:
         "../../envs/train.yaml"
     threads: EXECUTION_SETTINGS["threads"]
     resources:
-        **rule_resources(EXECUTION_SETTINGS, "train"),
+        **rule_resources(EXECUTION_SETTINGS, "train", **gpu_resources(run_gpus)),
         runtime=train_runtime,
     params:
         spec=train_spec_json,

@@ -103,14 +103,17 @@ def _first_sentence(text: str) -> str:
     return text.split(". ")[0].rstrip(".").replace("%", "%%")  # argparse formats help with %
 
 
-def rule_resources(execution: dict, rule: str) -> dict[str, int | str]:
+def rule_resources(execution: dict, rule: str, **per_job: Any) -> dict[str, Any]:
     """``rule``'s Snakemake resources from a completed ``execution`` section (threads aside):
-    numbers and strings as they are, booleans as true/false, null as an empty string."""
-    return {
+    numbers and strings as they are, booleans as true/false, null as an empty string.
+    ``per_job``: resources the rule computes per job (functions of its wildcards, as a
+    setting's ``auto`` that each job resolves), in place of the setting's value."""
+    resources = {
         setting.resource: _resource_value(execution[setting.key])
         for setting in rule_settings(rule)
         if setting.key != THREADS
     }
+    return {**resources, **per_job}
 
 
 def _resource_value(value: Any) -> int | str:

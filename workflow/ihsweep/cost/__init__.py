@@ -114,6 +114,10 @@ for _name, _profile in DEVICE_PROFILES.items():
     _profile.setdefault("source", GPU_ASSUMED)
     _profile["name"] = _name
 DEFAULT_GPU_PROFILE = "a100-80gb"  # a GPU job whose gpu_model names no profile
+# Under execution.gpu: auto a run's jobs ask for a GPU only where its profile predicts the run
+# at least this many times as fast as on one CPU thread: the default study's models measured
+# about 2x on an H200 (docs/clusters.md), a GPU-hour that buys little a CPU-hour would not.
+GPU_MIN_SPEEDUP = 3.0
 PROFILE_KEYS = ("peak_tflops", "mfu", "step_overhead_ms", "memory_gb")
 
 # Dataset jobs. Measured here: GPT-2's tokenizer encodes 2.0 MB of text per second (the KJV,

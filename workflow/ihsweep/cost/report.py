@@ -19,7 +19,8 @@ from ihsweep.cost.study import StudyCost
 
 COLUMNS = [
     "run_id", "updates", "tokens", "early_stop_tokens", "micro_batch", "peak_gb", "limit_gb",
-    "device_hours", "early_stop_device_hours", "walltime_min", "checkpoints", "checkpoint_gb",
+    "device_hours", "early_stop_device_hours", "walltime_min", "gpus", "gpu_speedup",
+    "checkpoints", "checkpoint_gb",
 ]  # fmt: skip
 
 

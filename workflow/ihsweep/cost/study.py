@@ -22,7 +22,10 @@ class StudyCost:
     def __init__(self, study: Study, profile: dict | None = None):
         self.study = study
         self.execution = study.config[EXECUTION]
-        self.profile = cost.device_profile(self.execution) if profile is None else profile
+        # The study's own profile decides which jobs ask for a GPU, whatever view is costed.
+        self.gpu_kind = cost.device_profile(self.execution)
+        self.profile = self.gpu_kind if profile is None else profile
+        self.cpu = cost.device_profile({**self.execution, "device_profile": "cpu"})
 
     @property
     def memory_limit(self) -> float:
@@ -33,15 +36,31 @@ class StudyCost:
         """The micro-batch a run trains at on the study's device profile: ``setting`` (by
         default ``execution.micro_batch``) resolved by ``cost.choose_micro_batch``; None when
         even one sequence does not fit."""
+        return self._micro_batch(run, self.profile, setting)
+
+    def _micro_batch(self, run: Run, profile: dict, setting=None) -> int | None:
         return cost.choose_micro_batch(
             self.execution["micro_batch"] if setting is None else setting,
             self.study.model_of(run),
             self.study.vocab_size_of(run.data),
             run.batch_size,
             run.context_size,
-            cost.profile_device_type(self.profile),
-            self.memory_limit,
+            cost.profile_device_type(profile),
+            cost.memory_limit(profile, self.execution),
         )
+
+    def gpu_speedup(self, run: Run) -> float:
+        """How many times as fast the study's device profile trains ``run`` as one CPU thread
+        (the ``cpu`` profile) does, predicted; 1 where the study's profile is the CPU's."""
+        return self._train_seconds(run, self.cpu) / self._train_seconds(run, self.gpu_kind)
+
+    def gpus(self, run: Run) -> int:
+        """GPUs a cluster job of ``run`` (training, probing) asks for: ``execution.gpu``, or
+        under ``auto`` one where ``gpu_speedup`` is at least ``cost.GPU_MIN_SPEEDUP``, else
+        none (the job computes on its CPUs)."""
+        if self.execution["gpu"] != "auto":
+            return self.execution["gpu"]
+        return 1 if self.gpu_speedup(run) >= cost.GPU_MIN_SPEEDUP else 0
 
     def peak_memory(self, run: Run, micro_batch: int) -> dict[str, float]:
         return cost.peak_memory(
@@ -55,18 +74,24 @@ class StudyCost:
     def train_seconds(self, run: Run, tokens: int | None = None) -> float:
         """Estimated seconds of training ``tokens`` (by default the full budget) on the study's
         device profile (``ihsweep.cost``)."""
-        micro_batch = self.micro_batch(run) or 1
+        return self._train_seconds(run, self.profile, tokens)
+
+    def _train_seconds(self, run: Run, profile: dict, tokens: int | None = None) -> float:
+        micro_batch = self._micro_batch(run, profile) or 1
         passes = len(cost.micro_batch_sizes(run.batch_size, micro_batch))
         fpt = cost.flops_per_token(
             self.study.model_of(run), self.study.vocab_size_of(run.data), run.context_size
         )
         updates = self.study.total_steps(run) if tokens is None else tokens // run.tokens_per_step
-        return cost.train_seconds(updates, passes, updates * run.tokens_per_step, fpt, self.profile)
+        return cost.train_seconds(updates, passes, updates * run.tokens_per_step, fpt, profile)
 
     def train_minutes(self, run: Run, attempt: int = 1) -> int:
         """Runtime a cluster training job asks for (``ihsweep.cost.job_minutes``): the full
-        budget's, since a run may form no induction heads and train to its end."""
-        return cost.job_minutes(self.train_seconds(run), self.execution, attempt)
+        budget's, since a run may form no induction heads and train to its end; on the CPU
+        profile when the job asks for no GPU (``gpus``)."""
+        on_gpu = self.gpus(run) and cost.profile_device_type(self.gpu_kind) == "cuda"
+        profile = self.gpu_kind if on_gpu else self.cpu
+        return cost.job_minutes(self._train_seconds(run, profile), self.execution, attempt)
 
     def early_stop_tokens(self, run: Run) -> int:
         """Tokens the run is expected to train (``cost.early_stop_tokens``): with early stop on
@@ -100,7 +125,9 @@ class StudyCost:
             "limit_gb": self.memory_limit / cost.GB,
             "device_hours": seconds / 3600,
             "early_stop_device_hours": self.train_seconds(run, stop_tokens) / 3600,
-            "walltime_min": cost.job_minutes(seconds, self.execution, attempt=1),
+            "walltime_min": self.train_minutes(run),
+            "gpus": self.gpus(run),
+            "gpu_speedup": self.gpu_speedup(run),
             "checkpoints": n_checkpoints,
             # fp32 weights per checkpoint, and two resume states (weights and AdamW's moments)
             "checkpoint_gb": (n_checkpoints * 4 + 24) * n_params / cost.GB,

@@ -56,7 +56,12 @@ from ihsweep.training.resume import (
 )
 from ihsweep.training.sampler import ChunkSampler
 from ihsweep.training.schedule import Schedule
-from ihsweep.training.step import evaluate, make_update
+from ihsweep.training.step import (
+    evaluate,
+    held_learning_rate,
+    make_update,
+    set_learning_rate,
+)
 from ihsweep.training.stops import (
     Diverged,
     DivergenceWatch,
@@ -152,6 +157,10 @@ class Job:
     micro_batch: int
     autocast: torch.autocast
     update: Callable[[GPT, torch.optim.Optimizer, torch.Tensor], torch.Tensor]  # make_update's
+    held_lr: torch.Tensor | None = None  # the capturable update's learning rate
+
+    def set_lr(self, lr: float) -> None:
+        set_learning_rate(self.optim, lr, self.held_lr)
 
     @classmethod
     def build(cls, spec: dict, data_dir: Path, execution: Execution) -> Job:
@@ -182,16 +191,21 @@ class Job:
             execution.micro_batch, cfg, B, C, device, execution.train_mem_mb
         )
         path = step_path(execution, device, B, C)
+        capturable = execution.capturable_update is True  # auto: today's update
+        described = [path.describe()] + (["capturable update"] if capturable else [])
         print(
             f"[{spec['run_id']}] {len(cost.micro_batch_sizes(B, micro_batch))} micro-batch(es) "
             f"of at most {micro_batch} per update of B = {B} on {device}"
-            + (f", {path.describe()}" if path.describe() else ""),
+            + "".join(f", {part}" for part in described if part),
             flush=True,
         )
         update = make_update(
-            micro_batch, autocast, tcfg["grad_clip"], path.loss_fn(device_type=device.type)
-        )
-        return cls(sampler, val_batches, model, optim, device, micro_batch, autocast, update)
+            micro_batch, autocast, tcfg["grad_clip"], path.loss_fn(device_type=device.type),
+            capturable,
+        )  # fmt: skip
+        held_lr = held_learning_rate(device) if capturable else None
+        return cls(sampler, val_batches, model, optim, device, micro_batch, autocast, update,
+                   held_lr)  # fmt: skip
 
 
 class Trainer:
@@ -227,8 +241,7 @@ class Trainer:
             return self.finish(Outcome.STOPPED_EARLY, reason)  # resumed where it had stopped
         while self.step < self.schedule.total_steps:
             lr = self.schedule.lr_of(self.step)
-            for group in self.job.optim.param_groups:
-                group["lr"] = lr
+            self.job.set_lr(lr)
             x = self.job.sampler.batch(self.step)
             if self.job.device.type == "cuda":  # a copy that does not wait needs locked pages
                 x = x.pin_memory()

@@ -109,12 +109,16 @@ def batch_loss(
 
 def train_step(
     model, optim, x, micro_batch: int, autocast, grad_clip: float | None,
-    loss_fn=next_token_loss,
+    loss_fn=next_token_loss, capturable: bool = False,
 ):  # fmt: skip
-    """One AdamW update on the batch ``x`` [B, C]; returns its loss, still on the device."""
+    """One AdamW update on the batch ``x`` [B, C]; returns its loss, still on the device.
+    ``capturable``: no value is read on the host inside the update (the clipping always
+    scales), as a CUDA graph's capture needs."""
     optim.zero_grad(set_to_none=True)
     loss = batch_loss(model, x, micro_batch, autocast, backward=True, loss_fn=loss_fn)
-    if grad_clip is not None:
+    if grad_clip is not None and capturable:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)  # returns a tensor
+    elif grad_clip is not None:
         clip_gradients(model, grad_clip)
     optim.step()
     return loss
@@ -196,9 +200,30 @@ class StepPath:
         return ", ".join(parts)
 
 
-def make_update(micro_batch: int, autocast, grad_clip: float | None, loss_fn=next_token_loss):
+def make_update(
+    micro_batch: int, autocast, grad_clip: float | None, loss_fn=next_token_loss,
+    capturable: bool = False,
+):  # fmt: skip
     """``update(model, optim, batch) -> loss``: ``train_step`` with this job's settings."""
     return functools.partial(
         train_step, micro_batch=micro_batch, autocast=autocast, grad_clip=grad_clip,
-        loss_fn=loss_fn,
+        loss_fn=loss_fn, capturable=capturable,
     )  # fmt: skip
+
+
+def held_learning_rate(device: torch.device) -> torch.Tensor:
+    """The one learning-rate tensor of a capturable update (``set_learning_rate``), on the
+    parameters' device: fp64 on the CPU, where the fused AdamW then computes with the value of
+    the Python float it replaces, bit for bit; fp32 on a GPU, as the fused kernel's math."""
+    dtype = torch.float64 if device.type == "cpu" else torch.float32
+    return torch.zeros((), dtype=dtype, device=device)
+
+
+def set_learning_rate(optim: torch.optim.Optimizer, lr: float, held: torch.Tensor | None):
+    """Give the next update its learning rate: a float in each group, or, ``held``, written in
+    place into the one tensor every group holds (a captured graph reads that tensor's memory).
+    The groups are bound to it again each time: loading a saved state replaces their values."""
+    if held is not None:
+        held.fill_(lr)
+    for group in optim.param_groups:
+        group["lr"] = lr if held is None else held
