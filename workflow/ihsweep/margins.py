@@ -31,7 +31,7 @@ from pathlib import Path
 import pandas as pd
 
 from ihsweep.analysis.emergence import replay_stop, run_point
-from ihsweep.config import Study, StudyPaths, add_configfile, study_of_files
+from ihsweep.config import Study, StudyPaths, add_configfile, reports_config_errors, study_of_files
 from ihsweep.files.io import DamagedFile, read_probe_table
 from ihsweep.files.records import read_run
 from ihsweep.status import run_outcome
@@ -112,6 +112,7 @@ def summary(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+@reports_config_errors
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ihsweep.margins", description=__doc__)
     add_configfile(parser)

@@ -36,7 +36,14 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ihsweep.config import Run, Study, StudyPaths, add_configfile, study_of_files
+from ihsweep.config import (
+    Run,
+    Study,
+    StudyPaths,
+    add_configfile,
+    reports_config_errors,
+    study_of_files,
+)
 from ihsweep.files import layout
 from ihsweep.files.io import holds_key
 from ihsweep.report.provenance import run_sha256
@@ -293,6 +300,7 @@ def _suite_cache_agrees(folder: Path, suite: dict, probe: dict) -> bool:
     )
 
 
+@reports_config_errors
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m ihsweep.upgrade",

@@ -28,7 +28,7 @@ import argparse
 import fnmatch
 import sys
 
-from ihsweep.config import Study, StudyPaths, add_configfile, study_of_files
+from ihsweep.config import Study, StudyPaths, add_configfile, reports_config_errors, study_of_files
 from ihsweep.config.revisions import revision_names
 
 
@@ -62,6 +62,7 @@ def suite_revisions(study: Study, name: str) -> list[tuple[str, str]]:
     ]
 
 
+@reports_config_errors
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m ihsweep.where",

@@ -24,6 +24,7 @@ from ihsweep.config.checks import (
     add_configfile,
     load_configfiles,
     read_study,
+    reports_config_errors,
     study_of_files,
 )
 from ihsweep.config.execution import Execution, execution_of
@@ -58,5 +59,6 @@ __all__ = [
     "coerce_overrides", "complete", "densify_tokens", "execution_of", "parse_overrides",
     "expand_runs", "first_schema_problem", "law_updates", "load_configfiles", "load_schema",
     "probe_key", "read_config_file", "read_study", "schedule_tokens", "study_definition",
+    "reports_config_errors",
     "study_of_files",
 ]  # fmt: skip

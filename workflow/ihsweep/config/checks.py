@@ -8,6 +8,7 @@ Checks that need the data, probing or cost layers live above them, in ``ihsweep.
 from __future__ import annotations
 
 import argparse
+import functools
 import glob
 import json
 import math
@@ -104,18 +105,30 @@ def add_configfile(parser: argparse.ArgumentParser) -> None:
 
 def study_of_files(paths: list[Path], overrides: list[str] = ()) -> Study:
     """The study (``read_study``) of a reading tool's ``--configfile`` files patched by its
-    ``--config`` entries; a bad config exits with its one-line message, as the Snakefile does."""
-    try:
-        config = load_configfiles(paths)
-        if overrides:
-            from snakemake.utils import update_config
+    ``--config`` entries; ``ConfigError`` with its one-line message, as the Snakefile gives it."""
+    config = load_configfiles(paths)
+    if overrides:
+        from snakemake.utils import update_config
 
-            parsed = parse_overrides(overrides)
-            update_config(config, parsed)
-            coerce_overrides(config, parsed)
-        return read_study(config)
-    except ConfigError as err:
-        sys.exit(f"config error: {err}")
+        parsed = parse_overrides(overrides)
+        update_config(config, parsed)
+        coerce_overrides(config, parsed)
+    return read_study(config)
+
+
+def reports_config_errors(main):
+    """A reading tool's ``main``: a bad config is one line on stderr, ``config error: ...``, and
+    exit status 1, as the Snakefile ends on it; the package itself never exits the process."""
+
+    @functools.wraps(main)
+    def wrapped(*args, **kwargs) -> int:
+        try:
+            return main(*args, **kwargs)
+        except ConfigError as err:
+            print(f"config error: {err}", file=sys.stderr)
+            return 1
+
+    return wrapped
 
 
 # --------------------------------------------------------------------------------------------

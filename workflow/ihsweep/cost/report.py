@@ -10,10 +10,9 @@ budgets, in the units of the study's device (``format_cost``).
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from ihsweep.config import add_configfile, study_of_files
+from ihsweep.config import ConfigError, add_configfile, reports_config_errors, study_of_files
 from ihsweep.cost import device_profile, gpu_visible, profile_device_type
 from ihsweep.cost.study import StudyCost
 
@@ -145,6 +144,7 @@ def cost_report(study, gpu_here: bool | None = None):
     )
 
 
+@reports_config_errors
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ihsweep.cost", description=__doc__)
     add_configfile(parser)
@@ -154,7 +154,7 @@ def main(argv=None) -> int:
     try:
         device_profile(study.config["execution"])
     except ValueError as err:
-        sys.exit(f"config error: execution.device_profile: {err}")
+        raise ConfigError(f"execution.device_profile: {err}") from None
     text, table = cost_report(study)
     print(text)
     if args.csv:

@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from ihsweep.config import add_configfile, study_of_files
+from ihsweep.config import add_configfile, reports_config_errors, study_of_files
 from ihsweep.report.provenance import StudyClaim
 from ihsweep.status.duplicates import duplicate_lines
 from ihsweep.status.live import CostEstimate, study_eta_line, study_remaining
@@ -125,6 +125,7 @@ def watch(render: Callable[[], str], seconds: float, out=sys.stdout) -> int:
         return 0
 
 
+@reports_config_errors
 def main(argv=None, description: str = "") -> int:
     args = parse_args(argv, description)
     csv = None if args.csv is None else args.csv.absolute()
@@ -134,7 +135,8 @@ def main(argv=None, description: str = "") -> int:
         try:
             chosen = choose(args, configfiles)
         except ValueError as err:
-            sys.exit(f"status: {err}")
+            print(f"status: {err}", file=sys.stderr)
+            return 1
         estimate = CostEstimate(chosen.study)
         if args.watch is not None:
             return watch(lambda: frame(chosen, args, estimate)[0], args.watch)

@@ -22,6 +22,7 @@ Reads the chunk sidecars of the runs' datasets (``--chunk-metas``, each in its
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -69,12 +70,14 @@ def main(argv: list[str] | None = None) -> int:
     model_table = pd.concat(map(read_probe_table, args.model_tables), ignore_index=True)
     unknown = sorted(set(model_table["data"]) - set(datasets))
     if unknown:
-        raise SystemExit(f"runs on datasets missing from --datasets: {unknown}")
+        print(f"runs on datasets missing from --datasets: {unknown}", file=sys.stderr)
+        return 1
     metas = chunk_metas(args.chunk_metas)
     runs_at = model_table[["data", "context_size"]].drop_duplicates().itertuples(index=False)
     missing = sorted(f"{data}/C{C}" for data, C in runs_at if (data, int(C)) not in metas)
     if missing:
-        raise SystemExit(f"runs on chunks missing from --chunk-metas: {missing}")
+        print(f"runs on chunks missing from --chunk-metas: {missing}", file=sys.stderr)
+        return 1
     generator = generator_table(datasets, metas)
     runs = run_table(emergence_table(model_table, spec), datasets, generator)
     cells = setting_cells(runs)
