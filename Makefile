@@ -84,11 +84,12 @@ cost: install
 # may count as one), so that a module's shared fixture (a study, the SLURM cluster) is built once;
 # tests/conftest.py orders the modules with the most slow tests first.
 XDIST = -n logical --dist loadscope --no-loadscope-reorder
+DURATIONS = --durations=20  # the slowest tests, printed at the end of every run
 check: install
-	$(BIN)/python -m pytest -m "not slow" $(XDIST)
+	$(BIN)/python -m pytest -m "not slow" $(XDIST) $(DURATIONS)
 
 test: install
-	$(BIN)/python -m pytest $(XDIST)
+	$(BIN)/python -m pytest $(XDIST) $(DURATIONS)
 
 lint: install
 	$(BIN)/ruff check .

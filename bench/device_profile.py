@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workflow"))
 
 from _common import synchronize  # noqa: E402
 from ihsweep import cost  # noqa: E402
-from ihsweep.steps._args import micro_batch_arg  # noqa: E402
+from ihsweep.config.execution import setting_value  # noqa: E402
 from ihsweep.training.execution import (  # noqa: E402
     keep_freed_memory,
     pick_device,
@@ -162,6 +162,11 @@ def fit_profile(cells: list[dict], peak: float, device: torch.device) -> dict:
     }
 
 
+def micro_batch(text: str) -> int | str:
+    """``--micro-batch`` read as the schema's ``execution.micro_batch``: a number, or auto."""
+    return setting_value("micro_batch", text)
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python bench/device_profile.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -172,7 +177,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--vocab", type=int, default=50257)
     p.add_argument("--steps", type=int, default=20, help="timed steps per cell")
     p.add_argument("--warmup", type=int, default=3, help="untimed steps per cell first")
-    p.add_argument("--micro-batch", default="auto", type=micro_batch_arg,
+    p.add_argument("--micro-batch", default="auto", type=micro_batch,
                    help="a number, or auto (as in execution)")  # fmt: skip
     p.add_argument("--memory-mb", type=int, default=16000, help="a CPU job's memory for auto")
     p.add_argument("--quick", action="store_true", help="1 warm-up step: a smoke test")

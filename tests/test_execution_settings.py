@@ -130,7 +130,8 @@ def changed_files(differ: filecmp.dircmp, prefix: str = "") -> list[str]:
     changed = [prefix + name for name in differ.diff_files + differ.left_only + differ.right_only]
     for name, sub in differ.subdirs.items():
         changed += changed_files(sub, f"{prefix}{name}/")
-    return [name for name in changed if "__pycache__" not in name]
+    # bytecode, and the metadata `pip install -e .` writes beside the package: neither is tracked
+    return [name for name in changed if "__pycache__" not in name and ".egg-info" not in name]
 
 
 # Runs the copy's train step with Job.build wrapped to print the execution it is given (its

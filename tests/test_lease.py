@@ -166,7 +166,8 @@ def test_two_writers_one_refuses_then_takes_over_and_the_run_is_whole(data_dir, 
     run_dir, lease_flags = tmp_path / "run", ("--lease-seconds", "6")
     first = start(spec, data_dir, run_dir, tmp_path / "first.log", *lease_flags)
     try:
-        wait_for_step(first, run_dir, 40, tmp_path / "first.log")
+        # past its first checkpoint (step 500), so that the job after the kill has one to resume
+        wait_for_step(first, run_dir, 510, tmp_path / "first.log")
         loss_before = (run_dir / "loss.csv").read_text()
         second = subprocess.run(train_cmd(spec, data_dir, run_dir, *lease_flags),
                                 env=subprocess_env(), capture_output=True, text=True,
