@@ -21,10 +21,11 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from ihsweep.files.layout import EXPORT_SPEC  # noqa: E402
 from ihsweep.probing.run import probe_checkpoint  # noqa: E402
 from ihsweep.steps import export, probe_suite  # noqa: E402
 from ihsweep.training.checkpoints import list_checkpoints  # noqa: E402
-from ihsweep.training.hf_export import SPEC_JSON, export_checkpoint, find_checkpoint  # noqa: E402
+from ihsweep.training.hf_export import export_checkpoint, find_checkpoint  # noqa: E402
 from ihsweep.training.loop import train  # noqa: E402
 from ihsweep.training.model import GPT, GPTConfig  # noqa: E402
 from ihsweep.training.weights import load_checkpoint_weights, save_checkpoint  # noqa: E402
@@ -78,7 +79,7 @@ def test_exported_folder_gives_our_logits(run_dir, tmp_path):
     for kind, meta in checkpoints(run_dir, tmp_path).items():
         out = export_checkpoint(meta, tmp_path / "hf" / kind)
         names = {p.name for p in out.iterdir()} - {"generation_config.json"}  # transformers'
-        assert names == {"config.json", "model.safetensors", SPEC_JSON}
+        assert names == {"config.json", "model.safetensors", EXPORT_SPEC}
         hf = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
         assert type(hf).__name__ == "GPT2LMHeadModel"
         want = ours(meta)(tokens)
@@ -86,7 +87,7 @@ def test_exported_folder_gives_our_logits(run_dir, tmp_path):
         assert want.std() > (1e-2 if kind == "trained" else 1.0), kind  # not a trivial model
         torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
 
-        provenance = json.loads((out / SPEC_JSON).read_text())
+        provenance = json.loads((out / EXPORT_SPEC).read_text())
         assert provenance["spec"] == meta["spec"] and provenance["step"] == meta["step"] == 30
         assert provenance["weights_sha256"] == meta["weights_sha256"]
         assert provenance["exported_from"] == str(Path(meta["weights"]).resolve())

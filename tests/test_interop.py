@@ -16,6 +16,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from conftest import REPO  # noqa: E402
+from ihsweep.files.layout import EXPORT_SPEC  # noqa: E402
 from ihsweep.probing.scores import (  # noqa: E402
     logit_attribution,
     make_probe_batch,
@@ -24,7 +25,7 @@ from ihsweep.probing.scores import (  # noqa: E402
 )
 from ihsweep.steps import probe_suite  # noqa: E402
 from ihsweep.training.checkpoints import list_checkpoints  # noqa: E402
-from ihsweep.training.hf_export import SPEC_JSON, export_checkpoint  # noqa: E402
+from ihsweep.training.hf_export import export_checkpoint  # noqa: E402
 from ihsweep.training.model import GPT, GPTConfig  # noqa: E402
 from ihsweep.training.weights import save_checkpoint  # noqa: E402
 
@@ -107,7 +108,7 @@ def test_an_attention_only_export_records_the_parameters_it_has(tmp_path):
     hf = transformers.AutoModelForCausalLM.from_pretrained(folder)
     assert ours.n_params() == meta["n_params"] == 70_400
     assert sum(p.numel() for p in hf.parameters()) == 136_960  # transformers counts the zeros
-    assert json.loads((folder / SPEC_JSON).read_text())["n_params"] == 70_400
+    assert json.loads((folder / EXPORT_SPEC).read_text())["n_params"] == 70_400
 
     # Probed as a suite, the tables (and so the emergence table and the law's size term, which
     # read n_params from them) carry the model's own count.
@@ -127,4 +128,4 @@ def test_a_model_with_an_mlp_records_what_transformers_counts(tmp_path):
     # GPT-2's attention output bias is the one parameter more (exported as zeros).
     extra = SMALL["n_layer"] * SMALL["d_model"]
     assert sum(p.numel() for p in hf.parameters()) == ours.n_params() + extra
-    assert json.loads((folder / SPEC_JSON).read_text())["n_params"] == ours.n_params()
+    assert json.loads((folder / EXPORT_SPEC).read_text())["n_params"] == ours.n_params()

@@ -53,7 +53,6 @@ OFFLINE_VARIABLES = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 _LAST_NUMBER = re.compile(r"(\d+)\D*$")
 
 
-# Written by ihsweep.training.hf_export beside an exported checkpoint's weights: the run's metadata.
 # Each revision's fingerprints are cached in <cache_dir>/fingerprints/<revision>.parquet.
 FINGERPRINT_CACHE = "fingerprints"
 

@@ -30,8 +30,6 @@ from ihsweep.training.checkpoints import checkpoint_paths, list_checkpoints, rea
 from ihsweep.training.model import GPTConfig
 from ihsweep.training.weights import load_checkpoint_weights
 
-SPEC_JSON = EXPORT_SPEC  # its n_params is what a suite of exports records (probing.suite)
-
 
 def find_checkpoint(path: str | Path, step: int | None = None) -> dict:
     """The metadata of one checkpoint: ``path`` is a run folder (its newest checkpoint, or the
@@ -120,7 +118,7 @@ def export_checkpoint(meta: dict, out_dir: str | Path) -> Path:
     from transformers import GPT2LMHeadModel
 
     out_dir = Path(out_dir)
-    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / SPEC_JSON).exists():
+    if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / EXPORT_SPEC).exists():
         raise FileExistsError(f"{out_dir} exists and is not an export of ours; not replacing it")
     cfg = GPTConfig(**meta["model_config"])
     tensors = load_checkpoint_weights(meta)  # verified: DamagedFile if damaged
@@ -135,7 +133,7 @@ def export_checkpoint(meta: dict, out_dir: str | Path) -> Path:
         # The parameters our model has, not the GPT-2 folder's: no zero MLP of an
         # attention-only model (a suite of exports records this count).
         provenance["n_params"] = sum(t.numel() for t in tensors.values())
-        (tmp / SPEC_JSON).write_text(json.dumps(provenance, indent=2, sort_keys=True) + "\n")
+        (tmp / EXPORT_SPEC).write_text(json.dumps(provenance, indent=2, sort_keys=True) + "\n")
         tmp.chmod(0o755)  # mkdtemp makes 0700
         if out_dir.exists():
             shutil.rmtree(out_dir)
