@@ -4,15 +4,18 @@
     python bench/trainer_vs_minimal.py --quick               # 2 short rounds, under a minute
     python bench/trainer_vs_minimal.py --compile             # also the compiled trainer
     python bench/trainer_vs_minimal.py --cells w32:4x16:64 --rounds 2 --seconds 0.1   # a smoke run
+    python bench/trainer_vs_minimal.py --family llama        # the same cells as llama models
 
 It times the whole trainer, ``ihsweep.training.loop.train()`` itself (on a chunk folder of
 random tokens in a temporary directory, the default study's hyperparameters, one checkpoint at
 the end), against a minimal nanoGPT-style loop on the same GPT, the same batches (read from the
 same memmap in the trainer's order), fused AdamW with the same settings and schedule, clipping
 at 1.0, for the default study's models and vocabularies (``--cells``: ``model:BxC:vocabulary``,
-models w32, w48, w64 of config.yaml). Each runs in a process of its own, started afresh for each
-cell as a training job starts (the trainer tunes its process's allocator, the minimal loop keeps
-glibc's defaults). The two take turns a block of ~0.1 s of steps at a time, so that both see the
+models w32, w48, w64 of config.yaml; ``--family llama`` makes them llama models, with RoPE, RMSNorm
+and, where they have an MLP, SwiGLU, in both loops). Each runs in a process of its own, started
+afresh for each cell as a training job starts (the trainer tunes its process's allocator, the
+minimal loop keeps glibc's defaults). The two take turns a block of ~0.1 s of steps at a time, so
+that both see the
 same load of a busy machine, for ``--rounds`` rounds (after an untimed run each); it prints
 tokens/s of both after the first ``--warmup`` steps, their ratio (trainer / minimal) per round
 and the median, the page faults a step, and whether both ended with the same weights (on the CPU
@@ -73,12 +76,14 @@ def default_study() -> dict:
     return load_configfiles([DEFAULT_STUDY])
 
 
-def compare_cells(text: str) -> list[dict]:
+def compare_cells(text: str, family: str = "gpt2") -> list[dict]:
     cells = []
     for item in text.split(","):
         model, shape, vocab = item.split(":")
         B, C = (int(v) for v in shape.split("x"))
-        cells.append({"name": item, "model": model, "B": B, "C": C, "vocab": int(vocab)})
+        name = item if family == "gpt2" else f"{item}:{family}"
+        cells.append({"name": name, "model": model, "B": B, "C": C, "vocab": int(vocab),
+                      "family": family})  # fmt: skip
     return cells
 
 
@@ -100,7 +105,9 @@ def study_spec(cell: dict, steps: int) -> dict:
     tokens = steps * cell["B"] * cell["C"]
     study_config = default_study()
     config = {
-        "models": {cell["model"]: study_config["models"][cell["model"]]},
+        "models": {
+            cell["model"]: {**study_config["models"][cell["model"]], "family": cell["family"]}
+        },  # fmt: skip
         "datasets": {
             "bench": {
                 "family": "natural",
@@ -366,7 +373,7 @@ def compare(args) -> int:
           f"{run['warmup']} steps; torch {torch.__version__}", flush=True)  # fmt: skip
     records = []
     with tempfile.TemporaryDirectory() as tmp:
-        for cell in compare_cells(args.cells or COMPARE_CELLS):
+        for cell in compare_cells(args.cells or COMPARE_CELLS, args.family):
             with contextlib.ExitStack() as stack:  # fresh workers for each cell, as jobs start
                 workers = Workers(run["kinds"], stack)
                 records.append(compare_cell(cell, run, workers, Path(tmp)))
@@ -483,6 +490,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--device", help="cuda, cuda:N, cpu or auto (default: auto)")
     p.add_argument("--threads", type=int, default=1, help="torch threads on the CPU")
     p.add_argument("--cells", help=f"model:BxC:vocabulary,... (default: {COMPARE_CELLS})")
+    p.add_argument("--family", choices=["gpt2", "llama"], default="gpt2",
+                   help="the cells' model family (models.<name>.family; default gpt2)")  # fmt: skip
     p.add_argument(
         "--warmup",
         type=int,

@@ -33,12 +33,14 @@ def test_profile_mode_on_the_cpu(tmp_path):
 
 
 @pytest.mark.slow
-def test_compare_times_two_runs_that_end_with_the_same_weights(tmp_path):
-    out = bench("--cells", "w32:4x16:64", "--rounds", "2", "--seconds", "0.1",
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_compare_times_two_runs_that_end_with_the_same_weights(tmp_path, family):
+    out = bench("--cells", "w32:4x16:64", "--rounds", "2", "--seconds", "0.1", "--family", family,
                 "--out", str(tmp_path / "compare.json"), script=COMPARE)  # fmt: skip
     assert "round 2: trainer" in out, out
     (cell,) = json.loads((tmp_path / "compare.json").read_text())["cells"]
-    assert cell["cell"] == "w32:4x16:64" and len(cell["ratios"]) == 2
+    name = "w32:4x16:64" + ("" if family == "gpt2" else ":llama")
+    assert cell["cell"] == name and len(cell["ratios"]) == 2
     assert cell["same_weights"], out
     assert cell["trainer_tokens_per_second"] > 0 and cell["minimal_tokens_per_second"] > 0
 

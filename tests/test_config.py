@@ -58,7 +58,10 @@ CLI_CASES = [
     (
         "unknown-nested-key",
         "models: {tiny: {n_heads: 4}}",
-        ["models.tiny.n_heads", "allowed keys: n_layer, n_head, d_model, mlp, n_ctx"],
+        [
+            "models.tiny.n_heads",
+            "allowed keys: family, n_layer, n_head, d_model, mlp, n_ctx, rope_base",
+        ],
     ),
     (
         "unknown-model",
@@ -104,6 +107,21 @@ CLI_CASES = [
         "d_model-not-divisible",
         "models: {tiny: {d_model: 66}}",
         ["models.tiny.d_model", "not divisible by n_head = 4", "64 or 68"],
+    ),
+    (
+        "unknown-model-family",
+        "models: {tiny: {family: mistral}}",
+        ["models.tiny.family", "gpt2", "llama"],
+    ),
+    (
+        "odd-head-dimension-under-rope",
+        "models: {tiny: {family: llama, d_model: 60, n_head: 4}}",
+        ["models.tiny", "RoPE", "d_model / n_head = 15 is odd"],
+    ),
+    (
+        "family-key-where-it-does-not-apply",
+        "models: {tiny: {rope_base: 500}}",
+        ["models.tiny.rope_base", "family llama only", "models.tiny.family: llama"],
     ),
     (
         "budget-below-one-update",
@@ -900,7 +918,7 @@ def test_execution_settings_reach_the_jobs_as_threads_and_resources(tmp_path):
     dry = snakemake(tmp_path, *args, configfiles=(override,))
     assert dry.rc == 0, dry.out[-3000:]
     train, probe = shell_commands(dry.out, "train"), shell_commands(dry.out, "probe")
-    assert len(train) == len(probe) == 5
+    assert len(train) == len(probe) == 9  # the runs of tests/studies/workflow.yaml
     for command in train:
         assert flag(command, "--device") == "cuda:1" and flag(command, "--threads") == "2"
         assert flag(command, "--progress-seconds") == "1"

@@ -1,9 +1,10 @@
-"""Exporting our checkpoints as Hugging Face GPT-2 folders (ihsweep.training.hf_export, and its
-command ihsweep.steps.export).
+"""Exporting our checkpoints as Hugging Face folders, GPT-2's or Llama's by family
+(ihsweep.training.hf_export, and its command ihsweep.steps.export).
 
-The checkpoints are test_train's toy runs (its dataset and spec helpers, 30 updates in process
-on one CPU thread), with and without MLP, and a copy of each with its weights redrawn large,
-so that a wrong layout or the tanh GELU would show in the logits. The exported folder is loaded
+The checkpoints are test_train's toy runs (its dataset and spec helpers, 30 updates in process on
+one CPU thread), of both families, with and without MLP, and a copy of each with its weights redrawn
+large, so that a wrong layout or the tanh GELU would show in the logits. The exported folder is
+loaded
 by ``transformers`` alone and must give our logits, and, probed through
 ``ihsweep.probing.hf``, our own probe tables: the loop from our checkpoints to the Hugging Face
 probes closes.
@@ -39,10 +40,18 @@ def data_dir(tmp_path_factory) -> Path:
     return make_dataset(tmp_path_factory.mktemp("data") / "C32")
 
 
-@pytest.fixture(scope="module", params=[False, True], ids=["attention-only", "mlp"])
+MODELS = {
+    "attention-only": {"mlp": False},
+    "mlp": {"mlp": True},
+    "llama-attention-only": {"mlp": False, "family": "llama"},
+    "llama-swiglu": {"mlp": True, "family": "llama", "rope_base": 500},
+}
+
+
+@pytest.fixture(scope="module", params=list(MODELS), ids=list(MODELS))
 def run_dir(request, tmp_path_factory, data_dir) -> Path:
     """A trained toy run of 4 heads, its one checkpoint at step 30."""
-    spec = make_spec(steps=30, every=30, model={"mlp": request.param, "n_head": 4})
+    spec = make_spec(steps=30, every=30, model={**MODELS[request.param], "n_head": 4})
     run_dir = tmp_path_factory.mktemp("run") / "run"
     train(spec, data_dir, run_dir, CPU)
     return run_dir
@@ -81,7 +90,8 @@ def test_exported_folder_gives_our_logits(run_dir, tmp_path):
         names = {p.name for p in out.iterdir()} - {"generation_config.json"}  # transformers'
         assert names == {"config.json", "model.safetensors", EXPORT_SPEC}
         hf = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
-        assert type(hf).__name__ == "GPT2LMHeadModel"
+        family = GPTConfig(**meta["model_config"]).family
+        assert type(hf).__name__ == {"gpt2": "GPT2LMHeadModel", "llama": "LlamaForCausalLM"}[family]
         want = ours(meta)(tokens)
         got = hf(input_ids=tokens).logits
         assert want.std() > (1e-2 if kind == "trained" else 1.0), kind  # not a trivial model
@@ -92,6 +102,8 @@ def test_exported_folder_gives_our_logits(run_dir, tmp_path):
         assert provenance["weights_sha256"] == meta["weights_sha256"]
         assert provenance["exported_from"] == str(Path(meta["weights"]).resolve())
 
+    if family == "llama":
+        return
     # The tanh approximation GPT-2 uses by default would not be our model (with an MLP).
     config = transformers.AutoConfig.from_pretrained(tmp_path / "hf" / "large")
     assert config.activation_function == "gelu"

@@ -28,10 +28,12 @@ V, B, C = 8001, 32, 256  # 8,160 positions x 8,064 padded logits: 4 slices on th
 NO_AUTOCAST = torch.autocast("cpu", enabled=False)
 
 
-@pytest.fixture(scope="module")
-def model_and_batch():
+@pytest.fixture(scope="module", params=["gpt2", "llama"])
+def model_and_batch(request):
+    # Both families offer the loss paths the same final features and W_U.
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=V, n_ctx=C, n_layer=1, n_head=2, d_model=32, mlp=True))
+    model = GPT(GPTConfig(vocab_size=V, n_ctx=C, n_layer=1, n_head=2, d_model=32, mlp=True,
+                          family=request.param))  # fmt: skip
     x = torch.randint(0, V, (B, C), generator=torch.Generator().manual_seed(1))
     return model, x
 
@@ -164,15 +166,19 @@ def test_auto_takes_the_fastest_path_measured_correct_at_the_nearest_cell():
     )
 
 
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
 @pytest.mark.parametrize("device_type, explicit", [("cpu", True), ("cuda", False)])
-def test_the_compiled_loss_keeps_sdpa_on_cuda_and_equals_the_eager_loss(device_type, explicit):
+def test_the_compiled_loss_keeps_sdpa_on_cuda_and_equals_the_eager_loss(
+    device_type, explicit, family
+):
     """Compiled, the loss takes the explicit attention path on the CPU and SDPA's fused kernel
     on CUDA (the [B, H, C, C] weights never in memory); each traces (TorchDynamo, eager backend)
     and equals the eager loss within rounding, run here on CPU tensors."""
     loss = StepPath(compile=True).loss_fn(backend="eager", device_type=device_type)
     assert loss._torchdynamo_orig_callable.__wrapped__.keywords["explicit"] is explicit
     torch.manual_seed(3)
-    model = GPT(GPTConfig(vocab_size=64, n_ctx=32, n_layer=2, n_head=2, d_model=16, mlp=True))
+    model = GPT(GPTConfig(vocab_size=64, n_ctx=32, n_layer=2, n_head=2, d_model=16, mlp=True,
+                          family=family))  # fmt: skip
     x = torch.randint(0, 64, (4, 32), generator=torch.Generator().manual_seed(4))
     torch.testing.assert_close(
         loss(model, x, NO_AUTOCAST), next_token_loss(model, x, NO_AUTOCAST), rtol=1e-6, atol=0

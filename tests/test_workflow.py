@@ -1,9 +1,9 @@
 """The whole DAG through the real ``snakemake`` command line, on a tiny study in a tmp folder.
 
-One module-scoped fixture runs the study tests/studies/workflow.yaml once (about 1.5 minutes on
-two busy cores: KJV, a 512-type BPE, a 2x2 grid of B x C plus one wider model, attention-only
-d=32 models, 60k tokens per run), then runs Snakemake again and dry-runs config changes (one
-analysis setting; only execution settings, in a configfile and as --set-threads and
+One module-scoped fixture runs the study tests/studies/workflow.yaml once (about 2.5 minutes on two
+busy cores: KJV, a 512-type BPE, a 2x2 grid of B x C in both model families plus one wider model,
+attention-only d=32 models, 60k tokens per run), then runs Snakemake again and dry-runs config
+changes (one analysis setting; only execution settings, in a configfile and as --set-threads and
 --set-resources), a copy of the checkout with one module edited and one with two rules' commands
 reworded, before any test looks. Paths are ``ihsweep.files.layout``'s. The tests inspect what it
 left; only the probe-cache test changes the folder, and it runs last.
@@ -161,7 +161,7 @@ def read_table(study, run, name: str) -> pd.DataFrame:
 
 def test_first_run_ran_every_job_once(study):
     runs = study.study.runs
-    assert len(runs) == 5
+    assert len(runs) == 9
     assert job_stats(study.first.out) == {
         "tokenize": 1,
         "chunk": 2,
@@ -353,14 +353,17 @@ def test_runs_record_their_progress(study):
         assert progress["tokens"] == progress["step"] * run.tokens_per_step, run.id
 
 
-def test_export_target_gives_a_folder_transformers_loads_with_our_logits(study):
+@pytest.mark.parametrize("model, hf_class", [("tiny", "GPT2LMHeadModel"),
+                                             ("rope", "LlamaForCausalLM")])  # fmt: skip
+def test_export_target_gives_a_folder_transformers_loads_with_our_logits(study, model, hf_class):
     transformers = pytest.importorskip("transformers")
-    run = next(r for r in study.study.runs if r.model == "tiny")
+    run = next(r for r in study.study.runs if r.model == model)
     target = study.paths.export_dir(run)
     result = snakemake(study.dir, target)
     assert result.rc == 0, result.out[-3000:] + logs_of(study.dir)
     assert job_stats(result.out) == {"export": 1}
     hf = transformers.AutoModelForCausalLM.from_pretrained(study.dir / target).eval()
+    assert type(hf).__name__ == hf_class
     meta = read_checkpoint(sorted(run_path(study, run, "ckpt").glob("*.json"))[-1])
     ours = GPT(GPTConfig(**meta["model_config"]))
     ours.load_state_dict(load_checkpoint_weights(meta))
@@ -368,6 +371,19 @@ def test_export_target_gives_a_folder_transformers_loads_with_our_logits(study):
     with torch.no_grad():
         torch.testing.assert_close(hf(tokens).logits, ours.eval()(tokens), rtol=0, atol=1e-5)
     assert "Nothing to be done" in snakemake(study.dir, target).out
+
+
+def test_the_two_families_laws_are_side_by_side(study):
+    # gpt2 (tiny, wide) and llama (rope) runs: the aggregate fits each family's law alone.
+    table = pd.read_csv(study.dir / layout.aggregate_file("families.csv", NATURAL))
+    assert list(table.columns) == ["family", "quantity", "estimate", "ci_low", "ci_high"]
+    assert {"gpt2", "llama"} <= set(table["family"])
+    fit = json.loads((study.dir / layout.aggregate_file("lawfit.json", NATURAL)).read_text())
+    laws = fit["families"]["families"]
+    assert laws["gpt2"]["models"] == ["tiny", "wide"] and laws["llama"]["models"] == ["rope"]
+    runs = pd.read_csv(study.dir / NATURAL / "emergence.csv")
+    assert laws["llama"]["n_emerged"] == int(runs[runs["model"] == "rope"]["emerged"].sum())
+    assert "Model families" in (study.dir / NATURAL / layout.FINDINGS).read_text()
 
 
 def test_deleted_probe_tables_come_back_from_the_cache(study):

@@ -56,6 +56,7 @@ rule aggregate_natural:
     params:
         emergence=section_json("emergence"),
         lawfit=section_json("lawfit"),
+        families=model_families(),
         keep_duplicates=kept_duplicates(),
         out_dir=provenance_dir,
         config_sha256=CONFIG_SHA256,
@@ -66,6 +67,7 @@ rule aggregate_natural:
         " --run-records {input.records} --run-figure {input.run_figure}"
         " --suite-duplicates {input.duplicates} --keep-duplicates {params.keep_duplicates:q}"
         " --emergence {params.emergence:q} --lawfit {params.lawfit:q}"
+        " --families {params.families:q}"
         " --out-dir {params.out_dir} --config-sha256 {params.config_sha256} > {log} 2>&1"
 
 

@@ -74,6 +74,13 @@ def section_json(name):
     return json.dumps(config[name], sort_keys=True)
 
 
+def model_families():
+    """Each model's family as one JSON parameter: the natural aggregate compares their laws."""
+    return json.dumps(
+        {name: m["family"] for name, m in config["models"].items()}, sort_keys=True
+    )
+
+
 def input_dir(wildcards, input):
     """The folder of a rule's first input (ihsweep.files.layout's), for steps that read a folder."""
     return os.path.dirname(input[0])

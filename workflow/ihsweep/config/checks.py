@@ -176,6 +176,23 @@ def _check_models(models: dict) -> None:
                 f"use a multiple of {n_head} (e.g. {below or n_head} or {below + n_head}) "
                 f"or change n_head"
             )
+        _check_family(name, model)
+
+
+def _check_family(name: str, model: dict) -> None:
+    if model["family"] != "llama":
+        if "rope_base" in model:
+            raise ConfigError(
+                f"models.{name}.rope_base applies to family llama only (rotary positions); "
+                f"remove it or set models.{name}.family: llama"
+            )
+        return
+    d_head = model["d_model"] // model["n_head"]
+    if d_head % 2:
+        raise ConfigError(
+            f"models.{name}: RoPE rotates pairs of dimensions, but the head dimension "
+            f"d_model / n_head = {d_head} is odd; use an even d_model / n_head"
+        )
 
 
 def _check_dataset(name: str, dataset: dict) -> None:

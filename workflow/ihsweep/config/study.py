@@ -30,6 +30,7 @@ from ihsweep.files import layout
 
 GPT2_VOCAB_SIZE = 50257
 MODEL_KEYS = ("n_layer", "n_head", "d_model", "mlp", "n_ctx")
+LLAMA_KEYS = ("family", "rope_base")
 RUN_FIELDS = ("data", "model", "batch_size", "context_size", "seed")
 EXECUTION = "execution"  # the section of execution settings; everything else is the study
 LAW_KEYS = ("a", "b", "log10_T")
@@ -333,7 +334,11 @@ class Study:
         return {} if prediction is None else {"prediction": prediction}
 
     def model_of(self, run: Run) -> dict:
-        return {k: self.config["models"][run.model][k] for k in MODEL_KEYS}
+        model = self.config["models"][run.model]
+        # A gpt2 model's dict leaves its family out, as before families existed: today's run
+        # keys stay as they were.
+        keys = MODEL_KEYS if model["family"] == "gpt2" else (*MODEL_KEYS, *LLAMA_KEYS)
+        return {k: model[k] for k in keys}
 
     def dataset_spec(self, name: str) -> dict:
         """The dataset entry, defaults filled in (a copy: callers may change it)."""

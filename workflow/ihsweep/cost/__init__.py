@@ -36,7 +36,8 @@ expected tokens are the budget.
 **Memory.** Peak bytes of a training step at micro-batch m: the runtime (CUDA context or the
 CPU process), fp32 weights, gradients and AdamW's two moments (16 bytes per parameter, plus a
 bf16 copy under autocast on CUDA), the activations the backward pass keeps (per token, per
-layer: 8 d-vectors in attention, 10 in the MLP, counted at 4 bytes), and the logits of one loss
+layer: 8 d-vectors in attention, 10 in the MLP, counted at 4 bytes; llama's rotated queries
+and keys add 2, its SwiGLU keeps 2 + 4 x 8/3 instead of 10), and the logits of one loss
 chunk (``LOSS_CHUNK_LOGITS``: the trainer computes the loss a slice of positions at a time, so
 the logits never exist for the whole micro-batch). ``tests/test_cost.py`` checks the estimate
 against measured peaks.
@@ -135,20 +136,41 @@ DATA_JOB_MEM_MB = 4000  # tokenize and chunk stream their input: memory does not
 # Model arithmetic
 
 
+def mlp_width(model: dict) -> int:
+    """The MLP's hidden width: 4 d (gpt2's GELU MLP) or, for llama's SwiGLU, 8/3 d rounded up to
+    a multiple of 8, so that its three matrices hold about gpt2's two's parameters."""
+    d = model["d_model"]
+    return 4 * d if family(model) == "gpt2" else -(-8 * d // 3 // 8) * 8
+
+
+def family(model: dict) -> str:
+    """A model's family; a model dict without one is gpt2 (run specs leave gpt2's out)."""
+    return model.get("family", "gpt2")
+
+
 def parameter_count(model: dict, vocab_size: int) -> int:
-    """Parameters of ``ihsweep.training.model.GPT`` (tied embeddings, no attention-output bias)."""
-    d, L = model["d_model"], model["n_layer"]
+    """Parameters of ``ihsweep.training.model.GPT`` (tied embeddings, no attention-output bias;
+    llama: no biases, RMSNorm, no position embeddings, a SwiGLU MLP)."""
+    d, L, f = model["d_model"], model["n_layer"], mlp_width(model)
+    if family(model) == "llama":
+        attention = d + 4 * d * d  # ln_1, qkv, out
+        mlp = d + 3 * d * f if model["mlp"] else 0  # ln_2, gate, up, down
+        return vocab_size * d + L * (attention + mlp) + d
     attention = 2 * d + (3 * d * d + 3 * d) + d * d  # ln_1, qkv, out
-    mlp = 2 * d + (4 * d * d + 4 * d) + (4 * d * d + d) if model["mlp"] else 0
+    mlp = 2 * d + (d * f + f) + (f * d + d) if model["mlp"] else 0
     return vocab_size * d + model["n_ctx"] * d + L * (attention + mlp) + 2 * d
 
 
 def flops_per_token(model: dict, vocab_size: int, context: int) -> float:
-    """Training FLOPs per token (forward + backward), the PaLM appendix-B estimate."""
+    """Training FLOPs per token (forward + backward), the PaLM appendix-B estimate: 6 per
+    matmul weight (gpt2's MLP has 2 matrices, llama's SwiGLU 3) and 12 L d C for attention; for
+    llama also RoPE's 6 d multiply-adds per layer forward (q and k), 18 d with the backward."""
     d, L = model["d_model"], model["n_layer"]
-    per_layer = 4 * d * d + (8 * d * d if model["mlp"] else 0)
+    mlp_matrices = 2 if family(model) == "gpt2" else 3
+    per_layer = 4 * d * d + (mlp_matrices * d * mlp_width(model) if model["mlp"] else 0)
     matmul_params = L * per_layer + vocab_size * d
-    return 6 * matmul_params + 12 * L * d * context
+    rope = 18 * L * d if family(model) == "llama" else 0
+    return 6 * matmul_params + 12 * L * d * context + rope
 
 
 def loss_chunk_rows(vocab_size: int, device_type: str) -> int:
@@ -161,8 +183,10 @@ def peak_memory(
 ) -> dict[str, float]:
     """Estimated peak bytes of one training step, by part, and their ``total``."""
     n_params = parameter_count(model, vocab_size)
-    d, L = model["d_model"], model["n_layer"]
-    per_layer = 8 * d + (10 * d if model["mlp"] else 0)
+    d, L, f = model["d_model"], model["n_layer"], mlp_width(model)
+    per_layer = 8 * d + (2 * d + f + f if model["mlp"] else 0)  # gpt2: f = 4 d, 10 d in the MLP
+    if family(model) == "llama":  # the rotated queries and keys; SwiGLU's up and product
+        per_layer += 2 * d + (2 * f if model["mlp"] else 0)
     tokens = micro_batch * context
     rows = min(micro_batch * (context - 1), loss_chunk_rows(vocab_size, device_type))
     parts = {

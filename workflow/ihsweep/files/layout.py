@@ -69,7 +69,8 @@ NATURAL_FIGURES = ("run_curves", "emergence_vs_BC", "law_fit", "model_size")
 # findings.rst: the report front page's summary of the aggregate (ihsweep.report.findings)
 FINDINGS = "findings.rst"
 NATURAL_TABLES = (
-    "emergence.csv", "lawfit.json", "lawfit.csv", "emergence.html", "lawfit.html", FINDINGS,
+    "emergence.csv", "lawfit.json", "lawfit.csv", "families.csv", "emergence.html", "lawfit.html",
+    FINDINGS,
 )  # fmt: skip
 MARKOV_TABLES = (
     "emergence.csv", "cells.csv", "generator.csv", "emergence.html", "frontier.json", FINDINGS,

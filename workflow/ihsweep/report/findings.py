@@ -43,6 +43,7 @@ from ihsweep.analysis.markov import SETTING_KEYS
 from ihsweep.files import layout
 from ihsweep.files.io import RERUN, atomic_path, read_json_file
 from ihsweep.report import rst, trained
+from ihsweep.report.families import family_findings
 from ihsweep.report.tables import left_out
 
 # The paper's results (Aoyama, Wilcox and Schneider, arXiv 2511.16893;
@@ -95,14 +96,14 @@ def law_findings(
     fitted = ["by least squares on log10 U_pt, with its 95% bootstrap intervals below.",
               left_out(fit), _seeds(fit, emergence)]  # fmt: skip
     if (source := fit.get("exponents_source", "fitted")) != "fitted":  # lawfit.exponents
-        log10_T = f"{_num(fit['log10_T'])} {_interval(fit['log10_T_ci'])}"
+        log10_T = f"{rst.number(fit['log10_T'])} {rst.interval(fit['log10_T_ci'])}"
         fitted[0] = f"with a and b fixed ({source}), log10 T = {log10_T} fitted on log10 U_pt."
     intro = f"{heading} The law {rst.literal(LAW)}, " + rst.text(" ".join(x for x in fitted if x))
     rows = [
         ["", "this study [95% bootstrap CI]", "the paper"],
         ["a (exponent of B)", *_estimate_and_paper(fit, "a")],
         ["b (exponent of C)", *_estimate_and_paper(fit, "b")],
-        ["r (predicted vs observed)", _num(fit.get("r")), f"{PAPER['r']:g}"],
+        ["r (predicted vs observed)", rst.number(fit.get("r")), f"{PAPER['r']:g}"],
         ["c (of log10 N_params)", *_size_and_paper(fit)],
     ]
     return "\n\n".join(x for x in [intro, rst.list_table(rows), _seed_noise(fit), details] if x)
@@ -113,16 +114,16 @@ def _seed_noise(fit: dict) -> str:
     if fit.get("r_ceiling") is None:
         return ""
     text = (
-        f"Runs of one (B, C) cell differ by {_num(fit['seed_sd_log10'])} decades (standard"
-        f" deviation), so no law of B and C could reach r above {_num(fit['r_ceiling'])} on"
+        f"Runs of one (B, C) cell differ by {rst.number(fit['seed_sd_log10'])} decades (standard"
+        f" deviation), so no law of B and C could reach r above {rst.number(fit['r_ceiling'])} on"
         f" these runs; over the {fit['n_cells']} cells' mean log updates the law gives"
-        f" r = {_num(fit['r_cells'])}."
+        f" r = {rst.number(fit['r_cells'])}."
     )
     if fit.get("lack_of_fit_p") is not None:
         verdict = "more than" if fit["lack_of_fit_p"] < 0.05 else "no more than"
         text += (
             f" The law misses the cells' means by {verdict} the seeds scatter (lack-of-fit"
-            f" F = {_num(fit['lack_of_fit_F'])}, p = {_num(fit['lack_of_fit_p'])})."
+            f" F = {rst.number(fit['lack_of_fit_F'])}, p = {rst.number(fit['lack_of_fit_p'])})."
         )
     return rst.text(text)
 
@@ -157,9 +158,9 @@ def _estimate_and_paper(fit: dict, key: str) -> list[str]:
         return ["not fitted", f"{paper:g}"]
     if not ci:
         fixed = fit.get("exponents_source", "fitted") != "fitted"
-        return [f"{_num(value)} ({'fixed' if fixed else 'no interval'})", f"{paper:g}"]
+        return [f"{rst.number(value)} ({'fixed' if fixed else 'no interval'})", f"{paper:g}"]
     where = "inside" if ci[0] <= paper <= ci[1] else "outside"
-    return [f"{_num(value)} {_interval(ci)}", f"{paper:g} ({where} the interval)"]
+    return [f"{rst.number(value)} {rst.interval(ci)}", f"{paper:g} ({where} the interval)"]
 
 
 def _size_and_paper(fit: dict) -> list[str]:
@@ -168,12 +169,12 @@ def _size_and_paper(fit: dict) -> list[str]:
     if fit.get("c") is None:
         return [f"not tested: {fit.get('c_note') or 'no size fit'}", paper]
     if not fit.get("c_ci"):
-        return [f"{_num(fit['c'])} (no interval)", paper]
+        return [f"{rst.number(fit['c'])} (no interval)", paper]
     if fit.get("c_excludes_zero"):
         where = "outside the interval: a size effect here"
     else:
         where = "inside the interval"
-    return [f"{_num(fit['c'])} {_interval(fit['c_ci'])}", f"{paper} ({where})"]
+    return [f"{rst.number(fit['c'])} {rst.interval(fit['c_ci'])}", f"{paper} ({where})"]
 
 
 # --- experiment 2 --------------------------------------------------------------------------
@@ -466,6 +467,7 @@ def natural_findings(
     emergence = pd.read_csv(folder / "emergence.csv")
     sections = [
         law_findings(fit, emergence, records),
+        family_findings(fit),
         rst.inline_figure(folder / "figures" / "law_fit.png", "The law fit", "law_fit.png"),
         run_figure_section(run_figure),
         environments(records, "natural-data"),
@@ -553,14 +555,6 @@ def _of_kind(records: list[dict] | None, runs: pd.DataFrame, kind: str) -> list[
 
 
 # --- numbers ---------------------------------------------------------------------------------
-
-
-def _num(value) -> str:
-    return "n/a" if value is None or not math.isfinite(value) else f"{value:.3g}"
-
-
-def _interval(ci) -> str:
-    return f"[{ci[0]:.3g}, {ci[1]:.3g}]"
 
 
 def _pair(f, r) -> str:

@@ -4,11 +4,22 @@ results, bullet lists, list tables and figures shown inline as data URIs."""
 from __future__ import annotations
 
 import base64
+import math
 import re
 import textwrap
 from pathlib import Path
 
 NB_HYPHEN = "\u2011"  # how "-" reads in -D, +D-C, -C: the lines of a narrow page break elsewhere
+
+
+def number(value) -> str:
+    """A finding's number to 3 significant digits; "n/a" for none, NaN or infinity."""
+    return "n/a" if value is None or not math.isfinite(value) else f"{value:.3g}"
+
+
+def interval(ci) -> str:
+    """A 95% interval ``[low, high]`` to 3 significant digits."""
+    return f"[{ci[0]:.3g}, {ci[1]:.3g}]"
 
 
 def text(plain: str) -> str:

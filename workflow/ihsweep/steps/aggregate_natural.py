@@ -4,14 +4,17 @@
 Reads the per-run model-level probe tables (without the checkpoint suites' duplicate revisions,
 ``ihsweep.analysis.duplicates``), finds each run's emergence point
 (``ihsweep.analysis.emergence``), fits the law ``U_pt = T / (B^a C^b)`` with the model-size test
-(``ihsweep.analysis.lawfit``) and draws the figures (``ihsweep.figures.natural``)::
+(``ihsweep.analysis.lawfit``), each model family's law beside the others' where the runs span
+several (``ihsweep.analysis.families``), and draws the figures (``ihsweep.figures.natural``)::
 
     python -m ihsweep.steps.aggregate_natural --model-tables A.parquet B.parquet \
         --emergence '<emergence JSON>' --lawfit '<lawfit JSON>' \
         --out-dir results/studies/default/natural
 
 It writes ``ihsweep.files.layout.natural_outputs(out_dir)``: the emergence table (CSV, one row per
-run), the fit (JSON, indent 2, sorted keys, no NaN) and the same as a table (CSV), both tables
+run), the fit (JSON, indent 2, sorted keys, no NaN; with ``families`` where the runs span
+several families) and the same as a table (CSV), the families' laws (CSV, empty for one family),
+both tables
 as HTML pages for the report, the figures ``layout.NATURAL_FIGURES`` as PNG and PDF, and
 ``provenance.json`` (``ihsweep.report.provenance``). Deterministic for fixed inputs and seed.
 """
@@ -25,6 +28,7 @@ import pandas as pd
 
 from ihsweep.analysis.duplicates import fitted_revisions, mark_undetermined, read_duplicates
 from ihsweep.analysis.emergence import emergence_table
+from ihsweep.analysis.families import compare_families, families_table
 from ihsweep.analysis.lawfit import fit_law, fit_table, fixed_exponents
 from ihsweep.config import complete
 from ihsweep.figures import natural as figures
@@ -48,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         "--keep-duplicates", type=json.loads, default=[],
         help="JSON list of the suites whose duplicate revisions stay in the fit",
     )  # fmt: skip
+    p.add_argument(
+        "--families", type=json.loads, default={},
+        help="JSON object: each model's family (models.<name>.family); several: compare laws",
+    )  # fmt: skip
     _args.add_spec(p, "--emergence", "emergence", required=False)
     _args.add_spec(p, "--lawfit", "lawfit", required=False)
     p.add_argument("--out-dir", required=True, help="output folder: layout.natural_dir(<study>)")
@@ -67,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     emergence = mark_undetermined(emergence_table(model_table, spec), duplicates)
     exponents = fixed_exponents(fit_spec["exponents"])
     fit = fit_law(emergence, fit_spec["bootstrap"], fit_spec["seed"], fit_spec["model"], exponents)
+    by_family = compare_families(emergence, args.families, fit_spec["bootstrap"], fit_spec["seed"])
+    if by_family is not None:
+        fit["families"] = by_family
 
     with atomic_path(path("emergence.csv")) as tmp:
         emergence.to_csv(tmp, index=False)
@@ -74,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     fit_rows = fit_table(fit)
     with atomic_path(path("lawfit.csv")) as tmp:
         fit_rows.to_csv(tmp, index=False)
+    with atomic_path(path("families.csv")) as tmp:
+        families_table(by_family).to_csv(tmp, index=False)
     page = tables.natural_emergence(emergence, spec["metric"])
     tables.write_page(path("emergence.html"), page)
     tables.write_page(path("lawfit.html"), tables.law_fit(fit_rows, fit))

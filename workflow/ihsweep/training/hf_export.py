@@ -1,19 +1,23 @@
-"""Export one of our checkpoints as a Hugging Face GPT-2 model folder: ``find_checkpoint``
-picks it, ``export_checkpoint`` writes it. The command line is ``ihsweep.steps.export``
+"""Export one of our checkpoints as a Hugging Face model folder: ``find_checkpoint`` picks it,
+``export_checkpoint`` writes it. The command line is ``ihsweep.steps.export``
 (``python -m ihsweep.steps.export results/runs/<run id> OUT_DIR [--step N]``).
 
-``OUT_DIR`` gets ``config.json`` and ``model.safetensors`` (``GPT2LMHeadModel.save_pretrained``),
-which ``transformers.AutoModelForCausalLM.from_pretrained(OUT_DIR)`` loads with no code of ours,
+``OUT_DIR`` gets ``config.json`` and ``model.safetensors`` (``save_pretrained`` of a
+``GPT2LMHeadModel`` for the gpt2 family, a ``LlamaForCausalLM`` for llama), which
+``transformers.AutoModelForCausalLM.from_pretrained(OUT_DIR)`` loads with no code of ours,
 giving our model's logits, and ``ihsweep_spec.json``: the checkpoint's metadata (run spec, step,
 tokens, losses, the weights' sha256) and the path it was exported from.
 
-Our model (``ihsweep.training.model``) is GPT-2's architecture with three differences, each
-exported exactly: the attention output projection has no bias (exported as a zero bias); the MLP
-is optional (an attention-only model gets an all-zero MLP: GELU(0) = 0, so the block adds
-exactly 0 whatever GPT-2's ``ln_2`` gives it); our GELU is the exact (erf) one, GPT-2's
-``activation_function="gelu"``, not its default tanh approximation ``gelu_new``. Our
-``nn.Linear`` weights are [out, in]; GPT-2's ``Conv1D`` stores [in, out], so they are
-transposed. The weights are read with ``load_checkpoint_weights``, which checks their sha256.
+A llama model is Llama's architecture as it is: RMSNorm, RoPE in the ``rotate_half`` layout, SwiGLU,
+no biases; its fused q, k, v rows are cut into ``q_proj``, ``k_proj`` and ``v_proj``, its embeddings
+are tied (``tie_word_embeddings``), and an attention-only model gets an all-zero ``down_proj``,
+which adds exactly 0. A gpt2 model is GPT-2's architecture with three differences, each exported
+exactly: the attention output projection has no bias (exported as a zero bias); the MLP is optional
+(an attention-only model gets an all-zero MLP: GELU(0) = 0, so the block adds exactly 0 whatever
+GPT-2's ``ln_2`` gives it); our GELU is the exact (erf) one, GPT-2's ``activation_function="gelu"``,
+not its default tanh approximation ``gelu_new``. Our ``nn.Linear`` weights are [out, in]; GPT-2's
+``Conv1D`` stores [in, out], so they are transposed. The weights are read with
+``load_checkpoint_weights``, which checks their sha256.
 """
 
 from __future__ import annotations
@@ -74,6 +78,82 @@ def gpt2_config(cfg: GPTConfig):
     )
 
 
+def llama_config(cfg: GPTConfig):
+    """The ``LlamaConfig`` of a llama-family model: one key-value head per query head (no
+    grouping), tied embeddings, RMSNorm eps 1e-5, no biases, no special tokens."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=cfg.vocab_size,
+        hidden_size=cfg.d_model,
+        intermediate_size=cfg.d_mlp,
+        num_hidden_layers=cfg.n_layer,
+        num_attention_heads=cfg.n_head,
+        num_key_value_heads=cfg.n_head,
+        head_dim=cfg.d_head,
+        max_position_embeddings=cfg.n_ctx,
+        rms_norm_eps=1e-5,
+        rope_theta=cfg.rope_base,
+        hidden_act="silu",
+        attention_bias=False,
+        mlp_bias=False,
+        attention_dropout=0.0,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+    )
+
+
+def llama_state_dict(ours: dict[str, torch.Tensor], cfg: GPTConfig) -> dict[str, torch.Tensor]:
+    """Our llama-family state dict under ``LlamaForCausalLM``'s names (both [out, in])."""
+    d, f = cfg.d_model, cfg.d_mlp
+    out = {
+        "model.embed_tokens.weight": ours["wte.weight"],
+        "model.norm.weight": ours["ln_f.weight"],
+        "lm_head.weight": ours["wte.weight"],  # tied
+    }
+    for i in range(cfg.n_layer):
+        src, dst = f"blocks.{i}.", f"model.layers.{i}."
+        q, k, v = ours[src + "attn.qkv.weight"].split(d, dim=0)
+        out |= {
+            dst + "self_attn.q_proj.weight": q,
+            dst + "self_attn.k_proj.weight": k,
+            dst + "self_attn.v_proj.weight": v,
+            dst + "self_attn.o_proj.weight": ours[src + "attn.out.weight"],
+            dst + "input_layernorm.weight": ours[src + "ln_1.weight"],
+        }
+        if cfg.mlp:
+            out |= {
+                dst + "post_attention_layernorm.weight": ours[src + "ln_2.weight"],
+                dst + "mlp.gate_proj.weight": ours[src + "mlp.gate.weight"],
+                dst + "mlp.up_proj.weight": ours[src + "mlp.up.weight"],
+                dst + "mlp.down_proj.weight": ours[src + "mlp.down.weight"],
+            }
+        else:  # attention-only: an MLP that adds exactly zero
+            out |= {
+                dst + "post_attention_layernorm.weight": torch.ones(d),
+                dst + "mlp.gate_proj.weight": torch.zeros(f, d),
+                dst + "mlp.up_proj.weight": torch.zeros(f, d),
+                dst + "mlp.down_proj.weight": torch.zeros(d, f),
+            }
+    return {name: t.contiguous() for name, t in out.items()}
+
+
+def hf_model(cfg: GPTConfig, ours: dict[str, torch.Tensor]) -> torch.nn.Module:
+    """The ``transformers`` model of our weights ``ours``: GPT-2's or Llama's, by family."""
+    import transformers
+
+    if cfg.family == "llama":
+        model = transformers.LlamaForCausalLM(llama_config(cfg))
+        tensors = llama_state_dict(ours, cfg)
+    else:
+        model = transformers.GPT2LMHeadModel(gpt2_config(cfg))
+        tensors = gpt2_state_dict(ours, cfg)
+    model.load_state_dict(tensors, strict=True)
+    return model
+
+
 def gpt2_state_dict(ours: dict[str, torch.Tensor], cfg: GPTConfig) -> dict[str, torch.Tensor]:
     """Our state dict under ``GPT2LMHeadModel``'s names and layouts."""
     d = cfg.d_model
@@ -112,18 +192,15 @@ def gpt2_state_dict(ours: dict[str, torch.Tensor], cfg: GPTConfig) -> dict[str, 
 
 def export_checkpoint(meta: dict, out_dir: str | Path) -> Path:
     """Write the checkpoint ``meta`` (``list_checkpoints``/``read_checkpoint``'s dict) as a
-    Hugging Face GPT-2 folder ``out_dir``; returns it. The folder is assembled beside
+    Hugging Face folder ``out_dir``; returns it. The folder is assembled beside
     ``out_dir`` and renamed into place, so ``out_dir`` is never half-written; an existing
     ``out_dir`` is replaced only if it is empty or an earlier export (has ihsweep_spec.json)."""
-    from transformers import GPT2LMHeadModel
-
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()) and not (out_dir / EXPORT_SPEC).exists():
         raise FileExistsError(f"{out_dir} exists and is not an export of ours; not replacing it")
     cfg = GPTConfig(**meta["model_config"])
     tensors = load_checkpoint_weights(meta)  # verified: DamagedFile if damaged
-    model = GPT2LMHeadModel(gpt2_config(cfg))
-    model.load_state_dict(gpt2_state_dict(tensors, cfg), strict=True)
+    model = hf_model(cfg, tensors)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.", suffix=".tmp"))
     try:
