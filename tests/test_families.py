@@ -243,3 +243,26 @@ def test_one_family_is_not_compared():
     table = two_family_table(0.37)
     assert compare_families(table, {"g": "gpt2", "l": "gpt2"}, 100, 0) is None
     assert families_table(None).empty
+
+
+# --- the families study -------------------------------------------------------------------------
+
+
+def test_the_families_study_shares_its_gpt2_runs_and_fits_in_90_minutes():
+    from ihsweep.cost.study import StudyCost
+
+    config = REPO / "config.yaml"
+    families = study_of_files([config, REPO / "workflow" / "studies" / "families.yaml"])
+    cpu_full = study_of_files([config, REPO / "workflow" / "studies" / "cpu-full.yaml"])
+    dirs = {str(StudyPaths(cpu_full).run_dir(run)) for run in cpu_full.runs}
+    by_family = {"gpt2": [], "llama": []}
+    for run in families.runs:
+        by_family[families.config["models"][run.model]["family"]].append(run)
+    assert len(by_family["gpt2"]) == len(by_family["llama"]) == 12  # 6 cells x 2 seeds
+    # The gpt2 runs are cpu-full's, with the same keys: after it only the llama runs train.
+    paths = StudyPaths(families)
+    assert {str(paths.run_dir(run)) for run in by_family["gpt2"]} <= dirs
+    # Estimated at the full budgets, on 2 cores (runs stopped early take less).
+    costed = StudyCost(families)
+    seconds = sum(costed.train_seconds(run) for run in families.runs)
+    assert seconds / 2 / 60 < 90
