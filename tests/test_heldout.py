@@ -82,14 +82,11 @@ def test_a_split_that_leaves_too_little_says_why(seeds, why):
     assert kind not in set(rows.kind)
 
 
-@pytest.mark.skipif(
-    not CPU_FULL.is_file(),
-    reason="tests/data/cpu-full-emergence.csv is not committed yet: copy cpu-full's "
-    "results/studies/cpu-full/natural/emergence.csv there once its experiment-1 runs are done",
-)
 def test_the_step_on_cpu_full(tmp_path, capsys):
-    """cpu-full's emergence table (its experiment-1 runs, 4 seeds per cell): every kind is
-    measured, and the files are what docs/files.md says."""
+    """cpu-full's emergence table (its 40 experiment-1 runs, 4 seeds per cell, trained on
+    2026-12-07): every kind is measured, the files are what docs/files.md says, and the points,
+    which no bootstrap draws, are docs/results.md's: RMSE 0.293 (own fit) and 0.970 (the
+    published law) in log10 updates with each cell left out."""
     out = tmp_path / "heldout"
     argv = ["--emergence-table", str(CPU_FULL), "--study", "cpu-full", "--out-dir", str(out),
             "--lawfit", '{"bootstrap": 200, "model": "w64"}']  # fmt: skip
@@ -105,6 +102,10 @@ def test_the_step_on_cpu_full(tmp_path, capsys):
     for row in summary["summary"]:
         assert row["rmse_log10"] > 0
         assert (row["coverage"] is None) == (row["law"] == "published")
+    rmse = {(r["kind"], r["law"]): r["rmse_log10"] for r in summary["summary"]}
+    assert rmse["cell", "study"] == pytest.approx(0.2933, abs=5e-4)
+    assert rmse["cell", "published"] == pytest.approx(0.9704, abs=5e-4)
+    assert rmse["extrapolation", "published"] == pytest.approx(1.2023, abs=5e-4)
     assert all((out / Path(f).relative_to(out)).is_file() for f in layout.heldout_outputs(str(out)))
     assert "the study's own fit" in (out / "findings.rst").read_text()
     assert "cell      study" in capsys.readouterr().out
