@@ -16,6 +16,7 @@ through Snakemake in test_workflow.py.
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 import pandas as pd
@@ -266,3 +267,18 @@ def test_the_families_study_shares_its_gpt2_runs_and_fits_in_90_minutes():
     costed = StudyCost(families)
     seconds = sum(costed.train_seconds(run) for run in families.runs)
     assert seconds / 2 / 60 < 90
+
+
+def test_the_positional_control_tells_an_induction_head_from_a_look_back():
+    # bench/positional_control.py: the hand-built induction head's PS falls to chance on a
+    # batch that repeats nothing; test_probes' layer-0 head that looks back s - 1 positions by
+    # position alone keeps its PS there.
+    sys.path.insert(0, str(REPO / "bench"))
+    from positional_control import control_scores
+    from test_probes import positional_gpt, uniform_causal_ps
+
+    (_, _), (ps, control) = control_scores(rotary_induction_model(), 20)
+    # With nothing to match it spreads its attention (PS 0.067 if uniform over p + 1 keys).
+    assert ps.item() > 0.99 and control.item() < 2 * uniform_causal_ps(10)
+    (ps, control), _ = control_scores(positional_gpt(10), 20)
+    assert ps.item() > 0.99 and control.item() > 0.99

@@ -35,7 +35,10 @@ def family_findings(fit: dict | None) -> str:
     intro = (
         "Model families: the law fitted to each family's runs alone, with its own bootstrap;"
         " the differences' 95% intervals are those of the two independent bootstraps"
-        " (families.csv)."
+        " (families.csv). Check the llama runs' heads before reading these as induction"
+        " heads: with rotary positions a layer-1 head can look back by position and pass the PS"
+        " probe, as it did in the families study (docs/results.md#model-families;"
+        " bench/positional_control.py)."
     )
     return "\n\n".join([rst.text(intro), rst.list_table(rows), rst.text(" ".join(differences))])
 
