@@ -30,7 +30,15 @@ from ihsweep.training.checkpoints import list_checkpoints  # noqa: E402
 from ihsweep.training.model import GPT, GPTConfig  # noqa: E402
 from ihsweep.training.weights import load_checkpoint_weights  # noqa: E402
 
-PROBE = {"n_sequences": 100, "max_half_length": 50, "seed": 1234}  # config.yaml's probe
+DEFAULT_STUDY = Path(__file__).resolve().parents[1] / "config.yaml"
+
+
+def probe_settings() -> dict:
+    """The probe batch's settings as the default study draws it (config.yaml's ``probe``)."""
+    from ihsweep.config import load_configfiles
+
+    probe = load_configfiles([DEFAULT_STUDY])["probe"]
+    return {key: probe[key] for key in ("n_sequences", "max_half_length", "seed")}
 
 
 @torch.no_grad()
@@ -44,9 +52,10 @@ def control_scores(model: GPT, context_size: int) -> list[tuple[torch.Tensor, to
     """Per layer, PS per head on the probe batch and on the control batch (no repeats)."""
     was_training = model.training
     model.eval()
-    probe = make_probe_batch(model.cfg.vocab_size, context_size, **PROBE)
+    settings = probe_settings()
+    probe = make_probe_batch(model.cfg.vocab_size, context_size, **settings)
     s = probe.shape[1] // 2
-    generator = torch.Generator().manual_seed(PROBE["seed"])
+    generator = torch.Generator().manual_seed(settings["seed"])
     control = torch.randint(0, model.cfg.vocab_size, probe.shape, generator=generator)
     try:
         scores = layer_scores(model, probe, s), layer_scores(model, control, s)

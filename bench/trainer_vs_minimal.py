@@ -6,28 +6,26 @@
     python bench/trainer_vs_minimal.py --cells w32:4x16:64 --rounds 2 --seconds 0.1   # a smoke run
     python bench/trainer_vs_minimal.py --family llama        # the same cells as llama models
 
-It times the whole trainer, ``ihsweep.training.loop.train()`` itself (on a chunk folder of
-random tokens in a temporary directory, the default study's hyperparameters, one checkpoint at
-the end), against a minimal nanoGPT-style loop on the same GPT, the same batches (read from the
-same memmap in the trainer's order), fused AdamW with the same settings and schedule, clipping
-at 1.0, for the default study's models and vocabularies (``--cells``: ``model:BxC:vocabulary``,
-models w32, w48, w64 of config.yaml; ``--family llama`` makes them llama models, with RoPE, RMSNorm
-and, where they have an MLP, SwiGLU, in both loops). Each runs in a process of its own, started
-afresh for each cell as a training job starts (the trainer tunes its process's allocator, the
-minimal loop keeps glibc's defaults). The two take turns a block of ~0.1 s of steps at a time, so
-that both see the
-same load of a busy machine, for ``--rounds`` rounds (after an untimed run each); it prints
-tokens/s of both after the first ``--warmup`` steps, their ratio (trainer / minimal) per round
-and the median, the page faults a step, and whether both ended with the same weights (on the CPU
-they must, bit for bit; CUDA's kernels need not be deterministic). On the CPU with one thread
-the clock is the process's CPU time, which a loaded machine disturbs less than wall time (a
-worker waiting for its turn uses none); on this 2-core machine under load, two workers running
-the same loop measured ratios of 0.98-1.01. ``--compile`` adds the trainer with
-``execution.compile: true`` (its first round compiles into an empty inductor cache, the later
-ones from the warm cache), its compile warm-up (the wall time of its first steps) and what each
-would take for a 4M-token run. ``--quick``: 2 short rounds, under a minute for the three default
-cells. ``bench/device_profile.py`` times the trainer's step alone, cell by cell, for the cost
-model's device profile.
+It times the whole trainer, ``ihsweep.training.loop.train()`` itself (on a chunk folder of random
+tokens in a temporary directory, the default study's hyperparameters, one checkpoint at the end),
+against a minimal nanoGPT-style loop on the same GPT, the same batches (read from the same memmap in
+the trainer's order), fused AdamW with the same settings and schedule, clipping at 1.0, for the
+default study's models and vocabularies (``--cells``: ``model:BxC:vocabulary``, models w32, w48, w64
+of config.yaml; ``--family llama`` makes them llama models, with RoPE, RMSNorm and, where they have
+an MLP, SwiGLU, in both loops). Each runs in a process of its own, started afresh for each cell as a
+training job starts (the trainer tunes its process's allocator, the minimal loop keeps glibc's
+defaults). The two take turns a block of ~0.1 s of steps at a time, so that both see the same load
+of a busy machine, for ``--rounds`` rounds (after an untimed run each); it prints tokens/s of both
+after the first ``--warmup`` steps, their ratio (trainer / minimal) per round and the median, the
+page faults a step, and whether both ended with the same weights (on the CPU they must, bit for bit;
+CUDA's kernels need not be deterministic). On the CPU with one thread the clock is the process's CPU
+time, which a loaded machine disturbs less than wall time (a worker waiting for its turn uses none);
+on this 2-core machine under load, two workers running the same loop measured ratios of 0.98-1.01.
+``--compile`` adds the trainer with ``execution.compile: true`` (its first round compiles into an
+empty inductor cache, the later ones from the warm cache), its compile warm-up (the wall time of its
+first steps) and what each would take for a 4M-token run. ``--quick``: 2 short rounds, under a
+minute for the three default cells. ``bench/device_profile.py`` times the trainer's step alone, cell
+by cell, for the cost model's device profile.
 """
 
 from __future__ import annotations

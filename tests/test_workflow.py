@@ -382,7 +382,7 @@ def test_the_two_families_laws_are_side_by_side(study):
     laws = fit["families"]["families"]
     assert laws["gpt2"]["models"] == ["tiny", "wide"] and laws["llama"]["models"] == ["rope"]
     runs = pd.read_csv(study.dir / NATURAL / "emergence.csv")
-    assert laws["llama"]["n_emerged"] == int(runs[runs["model"] == "rope"]["emerged"].sum())
+    assert laws["llama"]["n_runs"] == int(runs[runs["model"] == "rope"]["emerged"].sum())
     assert "Model families" in (study.dir / NATURAL / layout.FINDINGS).read_text()
 
 

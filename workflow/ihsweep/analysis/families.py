@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ihsweep.analysis.lawfit import CONFIDENCE, emerged_runs, fit_law
+from ihsweep.analysis.lawfit import CONFIDENCE, fit_law
 
 REFERENCE = "gpt2"
 COEFFICIENTS = ("log10_T", "a", "b")  # the order of a fit's bootstrap draws
@@ -35,11 +35,10 @@ def compare_families(
     for index, family in enumerate(present):
         models = sorted(m for m, f in families.items() if f == family)
         own_seed = int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
-        fit = fit_law(runs[runs["model"].isin(models)], n_boot, own_seed)
+        fit = fit_law(runs[runs["model"].isin(models)], n_boot, own_seed)  # n_runs: emerged
         fits[family] = fit
         per_family[family] = {
             "ok": fit["ok"], "reason": fit["reason"], "models": models, "seed": own_seed,
-            "n_emerged": len(emerged_runs(runs[runs["model"].isin(models)])),
             **{key: fit.get(key) for key in SHOWN},
             **{f"{key}_ci": fit.get(f"{key}_ci") for key in COEFFICIENTS},
         }  # fmt: skip

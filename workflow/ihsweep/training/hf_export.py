@@ -65,7 +65,7 @@ def gpt2_config(cfg: GPTConfig):
         n_embd=cfg.d_model,
         n_layer=cfg.n_layer,
         n_head=cfg.n_head,
-        n_inner=4 * cfg.d_model,
+        n_inner=cfg.d_mlp,
         activation_function="gelu",
         resid_pdrop=0.0,
         embd_pdrop=0.0,
@@ -156,7 +156,7 @@ def hf_model(cfg: GPTConfig, ours: dict[str, torch.Tensor]) -> torch.nn.Module:
 
 def gpt2_state_dict(ours: dict[str, torch.Tensor], cfg: GPTConfig) -> dict[str, torch.Tensor]:
     """Our state dict under ``GPT2LMHeadModel``'s names and layouts."""
-    d = cfg.d_model
+    d, f = cfg.d_model, cfg.d_mlp
     zeros, ones = torch.zeros, torch.ones
     out = {
         "transformer.wte.weight": ours["wte.weight"],
@@ -183,9 +183,9 @@ def gpt2_state_dict(ours: dict[str, torch.Tensor], cfg: GPTConfig) -> dict[str, 
             out[dst + "mlp.c_proj.bias"] = ours[src + "mlp.2.bias"]
         else:  # attention-only: an MLP that adds exactly zero
             out[dst + "ln_2.weight"], out[dst + "ln_2.bias"] = ones(d), zeros(d)
-            out[dst + "mlp.c_fc.weight"] = zeros(d, 4 * d)
-            out[dst + "mlp.c_fc.bias"] = zeros(4 * d)
-            out[dst + "mlp.c_proj.weight"] = zeros(4 * d, d)
+            out[dst + "mlp.c_fc.weight"] = zeros(d, f)
+            out[dst + "mlp.c_fc.bias"] = zeros(f)
+            out[dst + "mlp.c_proj.weight"] = zeros(f, d)
             out[dst + "mlp.c_proj.bias"] = zeros(d)
     return {name: t.contiguous() for name, t in out.items()}
 
