@@ -194,8 +194,8 @@ DIRECT_CASES = [
     ),
     (
         "markov-vocab-below-context",
-        MARKOV % (0.5, 128),
-        ["datasets.syn.chain.vocab_size", "V = 64 < C = 128", "at least 128"],
+        MARKOV % (0.5, 65),  # C = 65: the probe's 2s = 64 still fits the vocabulary
+        ["datasets.syn.chain.vocab_size", "V = 64 < C = 65", "at least 65"],
     ),
     ("markov-context-too-short", MARKOV % (0.1, 4), ["runs[0].context_size", "C >= 5"]),
     (
@@ -254,7 +254,7 @@ DIRECT_CASES = [
         probe: {max_half_length: 400}
         runs: [{data: kjv-copy, model: tiny, batch_size: 1, context_size: 1024}]
         """,
-        ["probe.max_half_length", "= 400", "300-token vocabulary", "at most 300"],
+        ["probe.max_half_length", "= 800 distinct", "300-token vocabulary", "at most 150"],
     ),
     ("missing-required", "models: {huge: {n_layer: 2}}", ["models.huge", "'n_head'"]),
     (

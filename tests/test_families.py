@@ -16,7 +16,6 @@ through Snakemake in test_workflow.py.
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
 import pandas as pd
@@ -27,7 +26,8 @@ from ihsweep import cost
 from ihsweep.analysis.families import compare_families, families_table
 from ihsweep.config import study_of_files
 from ihsweep.config.keys import StudyPaths
-from ihsweep.probing.scores import make_probe_batch, probe_model
+from ihsweep.probing.metrics import HEAD_SCORES
+from ihsweep.probing.scores import make_probe_batches, probe_model
 from ihsweep.training.model import GPT, GPTConfig
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -112,15 +112,21 @@ def rotary_induction_model() -> GPT:
 
 
 @pytest.fixture(scope="module")
-def probe_batch() -> torch.Tensor:
-    return make_probe_batch(V, 20, n_sequences=8, max_half_length=50, seed=1234)
+def probe_batch() -> dict[str, torch.Tensor]:
+    """``probe_model``'s batches: the probe batch and its control."""
+    probe = {"n_sequences": 8, "max_half_length": 50, "seed": 1234}
+    batch, control = make_probe_batches(V, 20, probe)
+    return {"batch": batch, "control": control}
 
 
 def test_a_hand_built_rotary_induction_head_scores_one(probe_batch):
-    heads, summary = probe_model(rotary_induction_model(), probe_batch, min_layer=1)
+    heads, summary = probe_model(rotary_induction_model(), **probe_batch, min_layer=1)
     layer_1 = heads[heads["layer"] == 1].iloc[0]
     assert layer_1["ps"] == pytest.approx(1.0, abs=1e-4)
     assert layer_1["la"] == pytest.approx(1.0, abs=1e-4)
+    # With no earlier copy to find (the control), it attends about uniformly (PS 1/(p + 1),
+    # 0.067 on average at s = 10): nearly all of its PS is content.
+    assert layer_1["ps_content"] > 0.9 and summary["ps_content_max"] == layer_1["ps_content"]
     assert summary["ar_acc"] == 1.0 and summary["ar_rank"] == 0.0
     # Layer 0 looks one position back, not s - 1: no prefix matching there.
     assert heads[heads["layer"] == 0]["ps"].iloc[0] < 1e-3
@@ -133,7 +139,7 @@ def test_the_induction_head_needs_its_rotary_previous_token_head(probe_batch):
     with torch.no_grad():
         q0 = model.blocks[0].attn.qkv.weight[:D]
         q0[D // 2 :] *= -1
-    heads, summary = probe_model(model, probe_batch, min_layer=1)
+    heads, summary = probe_model(model, **probe_batch, min_layer=1)
     assert heads[heads["layer"] == 1]["ps"].iloc[0] < 0.5
     assert summary["ar_acc"] < 0.5
 
@@ -147,9 +153,9 @@ def test_the_exported_rotary_head_probes_alike_through_transformers(probe_batch)
     theirs = hf_model(ours.cfg, ours.state_dict()).eval()
     assert isinstance(theirs, transformers.LlamaForCausalLM)
     theirs.config._attn_implementation = "eager"  # the one that returns attention weights
-    want, want_summary = probe_model(ours, probe_batch, min_layer=1)
-    got, got_summary = probe_model(HFProbeModel(theirs, V), probe_batch, min_layer=1)
-    scores = [torch.tensor(table[["ps", "la"]].to_numpy()) for table in (got, want)]
+    want, want_summary = probe_model(ours, **probe_batch, min_layer=1)
+    got, got_summary = probe_model(HFProbeModel(theirs, V), **probe_batch, min_layer=1)
+    scores = [torch.tensor(table[list(HEAD_SCORES)].to_numpy()) for table in (got, want)]
     torch.testing.assert_close(*scores, rtol=0, atol=1e-6)
     assert got_summary["ar_acc"] == want_summary["ar_acc"] == 1.0
 
@@ -249,36 +255,23 @@ def test_one_family_is_not_compared():
 # --- the families study -------------------------------------------------------------------------
 
 
-def test_the_families_study_shares_its_gpt2_runs_and_fits_in_90_minutes():
+def test_the_families_study_dates_content_ps_and_fits_in_90_minutes():
     from ihsweep.cost.study import StudyCost
 
     config = REPO / "config.yaml"
     families = study_of_files([config, REPO / "workflow" / "studies" / "families.yaml"])
-    cpu_full = study_of_files([config, REPO / "workflow" / "studies" / "cpu-full.yaml"])
-    dirs = {str(StudyPaths(cpu_full).run_dir(run)) for run in cpu_full.runs}
+    default = study_of_files([config])
     by_family = {"gpt2": [], "llama": []}
     for run in families.runs:
         by_family[families.config["models"][run.model]["family"]].append(run)
     assert len(by_family["gpt2"]) == len(by_family["llama"]) == 12  # 6 cells x 2 seeds
-    # The gpt2 runs are cpu-full's, with the same keys: after it only the llama runs train.
-    paths = StudyPaths(families)
-    assert {str(paths.run_dir(run)) for run in by_family["gpt2"]} <= dirs
+    # One emergence rule for both families, and with it the stop rule: content PS. It is in
+    # the run keys, so the gpt2 runs are the study's own, not the default study's.
+    assert families.config["emergence"]["metric"] == "ps_content_max"
+    paths, default_paths = StudyPaths(families), StudyPaths(default)
+    shared = {str(default_paths.run_dir(run)) for run in default.runs}
+    assert not {str(paths.run_dir(run)) for run in families.runs} & shared
     # Estimated at the full budgets, on 2 cores (runs stopped early take less).
     costed = StudyCost(families)
     seconds = sum(costed.train_seconds(run) for run in families.runs)
     assert seconds / 2 / 60 < 90
-
-
-def test_the_positional_control_tells_an_induction_head_from_a_look_back():
-    # bench/positional_control.py: the hand-built induction head's PS falls to chance on a
-    # batch that repeats nothing; test_probes' layer-0 head that looks back s - 1 positions by
-    # position alone keeps its PS there.
-    sys.path.insert(0, str(REPO / "bench"))
-    from positional_control import control_scores
-    from test_probes import positional_gpt, uniform_causal_ps
-
-    (_, _), (ps, control) = control_scores(rotary_induction_model(), 20)
-    # With nothing to match it spreads its attention (PS 0.067 if uniform over p + 1 keys).
-    assert ps.item() > 0.99 and control.item() < 2 * uniform_causal_ps(10)
-    (ps, control), _ = control_scores(positional_gpt(10), 20)
-    assert ps.item() > 0.99 and control.item() > 0.99

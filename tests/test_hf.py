@@ -20,7 +20,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from ihsweep.probing.hf import HFProbeModel, load_revision, probe_hf  # noqa: E402
-from ihsweep.probing.scores import make_probe_batch  # noqa: E402
+from ihsweep.probing.scores import make_probe_batch, make_probe_batches  # noqa: E402
 from test_probes import reference_ar, reference_head  # noqa: E402
 
 V = 100  # the tokenizer's vocabulary; GPT-NeoX's embedding is padded to 128 rows beyond it
@@ -119,12 +119,13 @@ def reference_scores(model, tokens: torch.Tensor) -> tuple[np.ndarray, np.ndarra
 @pytest.mark.parametrize("model_type", ["gpt2", "gpt_neox", "llama", "olmo"])
 def test_probes_of_every_revision_match_the_independent_computation(model_type, tmp_path):
     folders = save_revisions(tiny(model_type), tmp_path)
-    tokens = make_probe_batch(V, C, PROBE["n_sequences"], PROBE["max_half_length"], PROBE["seed"])
+    tokens, control = make_probe_batches(V, C, PROBE)
     seen_ps = []
     for folder in folders:
         model = load_revision(folder, local_files_only=True)
         heads, summary = probe_hf(model, V, C, PROBE)
         ps, la, (acc, rank) = reference_scores(model, tokens)
+        control_ps, _, _ = reference_scores(model, control)  # PS reads positions only
 
         assert model.config.model_type == model_type and not model.training
         assert list(zip(heads["layer"], heads["head"], strict=True)) == [
@@ -133,6 +134,7 @@ def test_probes_of_every_revision_match_the_independent_computation(model_type, 
         assert ps.std() > 1e-3 and la.std() > 1e-3 and rank > 0  # a non-degenerate comparison
         np.testing.assert_allclose(heads["ps"], ps, rtol=0, atol=1e-5)
         np.testing.assert_allclose(heads["la"], la, rtol=0, atol=1e-5)
+        np.testing.assert_allclose(heads["ps_content"], ps - control_ps, rtol=0, atol=1e-5)
         assert summary["ar_acc"] == pytest.approx(acc, abs=1e-12)
         assert summary["ar_rank"] == pytest.approx(rank, abs=1e-12)
         seen_ps.append(ps)

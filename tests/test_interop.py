@@ -19,7 +19,7 @@ from conftest import REPO  # noqa: E402
 from ihsweep.files.layout import EXPORT_SPEC  # noqa: E402
 from ihsweep.probing.scores import (  # noqa: E402
     logit_attribution,
-    make_probe_batch,
+    make_probe_batches,
     prefix_matching_score,
     probe_model,
 )
@@ -87,8 +87,8 @@ def test_the_docs_transformer_lens_lines_give_our_ps_and_la(tmp_path):
     )
     ours, _, folder = exported(tmp_path, mlp=True)
     hf = transformers.AutoModelForCausalLM.from_pretrained(folder).eval()
-    tokens = make_probe_batch(SMALL["vocab_size"], C, PROBE["n_sequences"], 50, PROBE["seed"])
-    want, _ = probe_model(ours, tokens, min_layer=PROBE["min_layer"])
+    tokens, control = make_probe_batches(SMALL["vocab_size"], C, PROBE)
+    want, _ = probe_model(ours, tokens, control=control, min_layer=PROBE["min_layer"])
     assert want["la"].std() > 1e-3 and want["ps"].std() > 1e-3  # a comparison with teeth
 
     block = transformer_lens_block()

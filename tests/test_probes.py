@@ -15,11 +15,19 @@ from ihsweep.probing.run import MODEL_COLUMNS
 from ihsweep.probing.scores import (
     associative_recall,
     logit_attribution,
+    make_control_batch,
     make_probe_batch,
+    make_probe_batches,
     prefix_matching_score,
     probe_model,
 )
 from ihsweep.training.model import GPT, GPTConfig
+
+
+def batches(vocab: int, context_size: int, n_sequences: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The probe batch and its control at the study's seed and half-length cap."""
+    probe = {"n_sequences": n_sequences, "max_half_length": 50, "seed": 1234}
+    return make_probe_batches(vocab, context_size, probe)
 
 
 def uniform_causal_ps(s: int) -> float:
@@ -74,10 +82,8 @@ def uniform_attention_gpt(seed: int = 0) -> GPT:
 def test_probe_model_uniform_attention_gives_closed_form_ps():
     model = uniform_attention_gpt()
     model.train()
-    batch = make_probe_batch(
-        50, context_size=20, n_sequences=3, max_half_length=50, seed=1234
-    )  # s = 10
-    heads, summary = probe_model(model, batch, min_layer=0)
+    batch, control = batches(50, context_size=20, n_sequences=3)  # s = 10
+    heads, summary = probe_model(model, batch, control=control, min_layer=0)
 
     assert model.training, "probe_model must restore the model's training mode"
     assert list(heads.columns) == ["layer", "head", *HEAD_SCORES]  # ps, la, ...
@@ -87,6 +93,8 @@ def test_probe_model_uniform_attention_gives_closed_form_ps():
     assert heads["layer"].dtype == np.int64 and heads["ps"].dtype == np.float64
     np.testing.assert_allclose(heads["ps"], uniform_causal_ps(10), rtol=0, atol=1e-6)
     assert summary["ps_max"] == pytest.approx(uniform_causal_ps(10), abs=1e-6)
+    # Uniform attention reads no token: the control scores the same PS, so no content.
+    np.testing.assert_allclose(heads["ps_content"], 0.0, rtol=0, atol=1e-6)
     assert set(summary) == {"ar_acc", "ar_rank", *HEAD_MAXIMA, "ps_la_corr"}
     assert all(isinstance(v, float) for v in summary.values())
 
@@ -94,18 +102,15 @@ def test_probe_model_uniform_attention_gives_closed_form_ps():
 def test_ps_la_corr_is_nan_when_ps_is_constant():
     # Zeroing q and k also zeroes the pattern's dependence on the input: every head has the same
     # PS, so the correlation across heads is undefined.
-    _, summary = probe_model(
-        uniform_attention_gpt(),
-        make_probe_batch(50, 20, n_sequences=2, max_half_length=50, seed=1234),
-        min_layer=0,
-    )
+    batch, control = batches(50, 20, n_sequences=2)
+    _, summary = probe_model(uniform_attention_gpt(), batch, control=control, min_layer=0)
     assert math.isnan(summary["ps_la_corr"])
 
 
-def positional_gpt(s: int) -> GPT:
+def positional_gpt(s: int, layer: int = 0) -> GPT:
     """A 2-layer model that never sees a token: zero token embeddings, one-hot positions, a
-    layer-0 head that attends from position p to p - s + 1 by position alone, and a layer-1
-    head with uniform attention."""
+    head in ``layer`` that attends from position p to p - s + 1 by position alone, and a head
+    with uniform attention in the other layer."""
     C = 2 * s
     model = GPT(GPTConfig(vocab_size=50, n_ctx=C, n_layer=2, n_head=1, d_model=32, mlp=False))
     d = model.cfg.d_model
@@ -118,8 +123,8 @@ def positional_gpt(s: int) -> GPT:
         shift = torch.zeros(d, d)  # query at p looks for the key of position p - (s - 1)
         for p in range(s - 1, C):
             shift[p - (s - 1), p] = 1.0
-        model.blocks[0].attn.qkv.weight[:d] = 20.0 * shift
-        model.blocks[0].attn.qkv.weight[d : 2 * d] = torch.eye(d)
+        model.blocks[layer].attn.qkv.weight[:d] = 20.0 * shift
+        model.blocks[layer].attn.qkv.weight[d : 2 * d] = torch.eye(d)
     return model
 
 
@@ -128,9 +133,9 @@ def test_a_layer_0_head_scores_prefix_matching_by_position_alone():
     # without reading a single token; min_layer = 1 leaves it out of ps_max.
     s = 10
     model = positional_gpt(s)
-    batch = make_probe_batch(50, 2 * s, n_sequences=5, max_half_length=50, seed=1234)
-    heads, every_head = probe_model(model, batch, min_layer=0)
-    _, from_layer_1 = probe_model(model, batch, min_layer=1)
+    batch, control = batches(50, 2 * s, n_sequences=5)
+    heads, every_head = probe_model(model, batch, control=control, min_layer=0)
+    _, from_layer_1 = probe_model(model, batch, control=control, min_layer=1)
     shuffled = batch[torch.randperm(batch.shape[0])]
     shuffled[:, :s] = torch.randint(0, 50, (batch.shape[0], s))  # other tokens, same positions
 
@@ -139,6 +144,18 @@ def test_a_layer_0_head_scores_prefix_matching_by_position_alone():
     assert from_layer_1["ps_max"] == pytest.approx(uniform_causal_ps(s), abs=1e-6)
     with torch.no_grad():  # the model's output does not depend on the tokens at all
         torch.testing.assert_close(model(batch), model(shuffled), rtol=0, atol=0)
+    assert every_head["ps_content_max"] == pytest.approx(0.0, abs=1e-6)  # it scores by position
+
+
+def test_content_ps_is_blind_to_a_positional_head_in_layer_1():
+    # What rotary models learn on our text: a head past layer 0 that looks back s - 1 positions
+    # by position. min_layer cannot leave it out; ps_max dates it, ps_content_max does not.
+    s = 10
+    model = positional_gpt(s, layer=1)
+    batch, control = batches(50, 2 * s, n_sequences=5)
+    heads, summary = probe_model(model, batch, control=control, min_layer=1)
+    assert heads["ps"].iloc[1] > 0.99 and summary["ps_max"] > 0.99
+    assert summary["ps_content_max"] == pytest.approx(0.0, abs=1e-6)
 
 
 # --- logit attribution ----------------------------------------------------------------------
@@ -324,9 +341,10 @@ def test_probe_path_gives_the_training_paths_logits(mlp, dtype):
 @torch.no_grad()
 def test_probes_match_literal_reference_on_random_gpt():
     model = random_gpt()
-    batch = make_probe_batch(50, context_size=20, n_sequences=7, max_half_length=50, seed=1234)
-    heads, summary = probe_model(model, batch, min_layer=0)
+    batch, control = batches(50, context_size=20, n_sequences=7)
+    heads, summary = probe_model(model, batch, control=control, min_layer=0)
     ps, la = reference_ps_la(model, batch)
+    control_ps, _ = reference_ps_la(model, control)  # PS reads positions only: valid here
     acc, rank = reference_ar(model(batch), batch)
 
     assert ps.std() > 1e-3 and la.std() > 1e-3 and rank > 0  # a non-degenerate comparison
@@ -337,16 +355,18 @@ def test_probes_match_literal_reference_on_random_gpt():
     assert summary["ps_max"] == pytest.approx(ps.max(), abs=1e-6)
     assert summary["la_max"] == pytest.approx(la.max(), abs=1e-6)
     assert summary["ps_la_corr"] == pytest.approx(np.corrcoef(ps, la)[0, 1], abs=1e-5)
+    np.testing.assert_allclose(heads["ps_content"], ps - control_ps, rtol=0, atol=1e-6)
+    assert summary["ps_content_max"] == pytest.approx((ps - control_ps).max(), abs=1e-6)
 
     # probe.min_layer = 1: the maxima over layer 1's heads only. Layer 0 holds both maxima over
     # every head, so the filter matters.
-    _, later_summary = probe_model(model, batch, min_layer=1)
+    _, later_summary = probe_model(model, batch, control=control, min_layer=1)
     later = (heads["layer"] >= 1).to_numpy()
     assert ps[~later].max() > ps[later].max() and la[~later].max() > la[later].max()
     assert later_summary["ps_max"] == pytest.approx(ps[later].max(), abs=1e-6)
     assert later_summary["la_max"] == pytest.approx(la[later].max(), abs=1e-6)
     with pytest.raises(ValueError, match="min_layer = 2 leaves no heads in a 2-layer model"):
-        probe_model(model, batch, min_layer=2)
+        probe_model(model, batch, control=control, min_layer=2)
 
 
 def test_associative_recall_matches_literal_reference_with_many_ties():
@@ -363,11 +383,12 @@ def test_associative_recall_matches_literal_reference_with_many_ties():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_probe_model_on_cuda_matches_cpu():
-    batch = make_probe_batch(50, context_size=20, n_sequences=7, max_half_length=50, seed=1234)
-    heads_cpu, summary_cpu = probe_model(random_gpt(), batch, min_layer=0)
-    # The batch stays on the CPU: probe_model moves it to the model's device.
-    heads_gpu, summary_gpu = probe_model(random_gpt().cuda(), batch, min_layer=0)
-    np.testing.assert_allclose(heads_gpu[["ps", "la"]], heads_cpu[["ps", "la"]], atol=1e-4)
+    batch, control = batches(50, context_size=20, n_sequences=7)
+    heads_cpu, summary_cpu = probe_model(random_gpt(), batch, control=control, min_layer=0)
+    # The batches stay on the CPU: probe_model moves them to the model's device.
+    heads_gpu, summary_gpu = probe_model(random_gpt().cuda(), batch, control=control, min_layer=0)
+    scores = list(HEAD_SCORES)
+    np.testing.assert_allclose(heads_gpu[scores], heads_cpu[scores], atol=1e-4)
     assert summary_gpu["ar_rank"] == pytest.approx(summary_cpu["ar_rank"], abs=0.05)
 
 
@@ -397,6 +418,26 @@ def test_make_probe_batch_is_deterministic_per_seed():
     assert not torch.equal(a, make_probe_batch(500, 64, n_sequences=5, seed=4, max_half_length=50))
 
 
+def test_the_control_batch_shares_the_first_half_and_repeats_nothing():
+    batch, control = batches(200, 64, n_sequences=9)  # s = 32
+    assert control.shape == batch.shape and control.dtype == torch.long
+    assert torch.equal(control[:, :32], batch[:, :32])
+    assert all(len(set(row)) == 64 for row in control.tolist())  # no id twice in a row
+
+
+def test_the_control_batch_needs_two_s_distinct_ids():
+    make_probe_batch(50, 80, n_sequences=2, max_half_length=50, seed=1)  # s = 40 fits
+    with pytest.raises(ValueError, match="2s = 80 distinct ids.*vocab_size = 50.*at most 25"):
+        make_control_batch(50, 80, n_sequences=2, max_half_length=50, seed=1)
+
+
+def test_probe_model_rejects_a_control_that_does_not_match_the_batch():
+    batch, control = batches(50, 20, n_sequences=2)
+    control[0, 0] = (control[0, 0] + 1) % 50
+    with pytest.raises(ValueError, match="control batch"):
+        probe_model(uniform_attention_gpt(), batch, control=control, min_layer=0)
+
+
 def test_make_probe_batch_draws_uniformly():
     # 20,000 draws of 5 ids from 10: every id should appear at every position about 2,000 times
     # (binomial sd ~42). Fixed seed, so this is not flaky; a sorted or biased draw fails it.
@@ -414,10 +455,10 @@ def test_make_probe_batch_rejects_impossible_sizes(vocab, context):
 
 def test_probe_model_rejects_a_batch_that_is_not_repeated():
     model = uniform_attention_gpt()
-    batch = make_probe_batch(50, 20, n_sequences=2, max_half_length=50, seed=1234)
+    batch, control = batches(50, 20, n_sequences=2)
     batch[0, -1] = (batch[0, -1] + 1) % 50
     with pytest.raises(ValueError, match="repeated"):
-        probe_model(model, batch, min_layer=0)
+        probe_model(model, batch, control=control, min_layer=0)
 
 
 def test_the_schema_accepts_exactly_the_registered_emergence_metrics():

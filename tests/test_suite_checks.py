@@ -56,7 +56,7 @@ def test_a_local_suite_without_tokenizer_or_vocab_size_is_refused_before_any_job
     errors, _ = config_errors(tmp_path, config)
     assert errors == [
         f"config error: suites.tiny.vocab_size: not set, and the tokenizer at revision 'step0' "
-        f"({tmp_path / 'suite' / 'step0'}) has 1 token(s), fewer than the probe's 20 distinct "
+        f"({tmp_path / 'suite' / 'step0'}) has 1 token(s), fewer than the probe's 40 distinct "
         f"ones (no tokenizer files there?); set suites.tiny.vocab_size to the model's real "
         f"vocabulary"
     ]

@@ -22,6 +22,7 @@ import pytest
 from ihsweep.config import complete, probe_key
 from ihsweep.files import layout
 from ihsweep.files.records import LR, SPEED, TRAIN_LOSS, VAL_LOSS, event_files, read_scalars
+from ihsweep.probing.metrics import EMERGENCE_METRICS
 from ihsweep.steps import probe as probe_command
 from ihsweep.training.loop import train
 from tbparse import SummaryReader
@@ -110,7 +111,8 @@ def test_probe_events_are_the_model_table_and_a_rerun_rewrites_them(tmp_path, da
         assert probe_command.main(argv) == 0
         model = pd.read_parquet(table)
         events = scalars(folder)
-        assert set(events) == {"probe/ps_max", "probe/la_max", "probe/ar_acc"}, attempt
+        assert set(events) == {f"probe/{metric}" for metric in EMERGENCE_METRICS}, attempt
+        assert "probe/ps_content_max" in events, attempt
         for tag, values in events.items():
             want = list(zip(model["step"], model[tag.removeprefix("probe/")], strict=True))
             assert_close(values, want, rel=1e-6)

@@ -411,9 +411,10 @@ def _check_probe_fits(config: dict, dataset: dict, run: Run, index: int) -> None
             f"s = min({cap}, C // 2) = {s} < 2; use C >= 4"
         )
     vocab = configured_vocab_size(dataset, config["datasets"])
-    if s > vocab:
+    if 2 * s > vocab:  # the control batch's rows hold 2s distinct ids
         raise ConfigError(
-            f"probe.max_half_length: s = min({cap}, C // 2) = {s} for C = {C} (runs[{index}]) "
-            f"exceeds the {vocab}-token vocabulary of datasets.{run.data}; lower "
-            f"probe.max_half_length to at most {vocab} or enlarge the vocabulary"
+            f"probe.max_half_length: the probe's 2s = 2 min({cap}, C // 2) = {2 * s} distinct "
+            f"tokens for C = {C} (runs[{index}]) exceed the {vocab}-token vocabulary of "
+            f"datasets.{run.data}; lower probe.max_half_length to at most {vocab // 2} or "
+            f"enlarge the vocabulary"
         )

@@ -35,7 +35,7 @@ import pandas as pd
 import torch
 import torch.nn as nn
 
-from ihsweep.probing.scores import make_probe_batch, probe_model
+from ihsweep.probing.scores import make_probe_batches, probe_model
 
 __all__ = ["ARCHITECTURES", "Architecture", "HFProbeModel", "load_revision", "probe_hf"]
 
@@ -165,10 +165,8 @@ def probe_hf(
         model = HFProbeModel(model, vocab_size)
     elif model.vocab_size != vocab_size:
         raise ValueError(f"vocab_size {vocab_size} != the HFProbeModel's {model.vocab_size}")
-    batch = make_probe_batch(
-        vocab_size, context_size, probe["n_sequences"], probe["max_half_length"], probe["seed"]
-    )
-    return probe_model(model, batch, min_layer=probe["min_layer"])
+    batch, control = make_probe_batches(vocab_size, context_size, probe)
+    return probe_model(model, batch, control=control, min_layer=probe["min_layer"])
 
 
 def load_revision(

@@ -11,7 +11,12 @@ recall ``ar_acc``. ``EMERGENCE_METRICS`` is what the schema's ``emergence.metric
 from __future__ import annotations
 
 # column -> (abbreviation, name)
-HEAD_SCORES = {"ps": ("PS", "prefix-matching score"), "la": ("LA", "logit attribution")}
+HEAD_SCORES = {
+    "ps": ("PS", "prefix-matching score"),
+    "la": ("LA", "logit attribution"),
+    # PS minus PS on a control batch that repeats nothing: the part a positional head lacks
+    "ps_content": ("content PS", "content prefix-matching score"),
+}
 HEAD_MAXIMA = [f"{score}_max" for score in HEAD_SCORES]
 
 # metric -> its name in figure titles and legends

@@ -3,12 +3,13 @@
 
 Columns (one row per checkpoint and head / per checkpoint):
 - heads: run_id, data, model, batch_size, context_size, seed, step, tokens, layer, head, and one
-  column per score of ``ihsweep.probing.metrics.HEAD_SCORES`` (ps, la)
+  column per score of ``ihsweep.probing.metrics.HEAD_SCORES`` (ps, la, ps_content)
 - model: run_id, data, model, n_params, batch_size, context_size, seed, step, tokens, ar_acc,
-  ar_rank, ps_max, la_max, ps_la_corr, train_loss, val_loss, and from the run's run.json (the
-  same on every row): budget (tokens), outcome (completed | stopped_early | diverged),
-  outcome_detail (why it stopped or diverged; "" when completed), predicted_tokens (the
-  emergence point the study's ``checkpoints.densify`` law predicted; NaN without one)
+  ar_rank, ps_max, la_max, ps_content_max, ps_la_corr, train_loss, val_loss, and from the
+  run's run.json (the same on every row): budget (tokens), outcome (completed |
+  stopped_early | diverged), outcome_detail (why it stopped or diverged; "" when completed),
+  predicted_tokens (the emergence point the study's ``checkpoints.densify`` law predicted; NaN
+  without one)
 
 Each checkpoint's result is cached in ``probes/<probe key>/cache/step_XXXXXX.parquet`` beside
 the tables (outside the declared outputs, which Snakemake deletes before a rerun), keyed by the
@@ -40,7 +41,7 @@ from ihsweep.files.io import (
     write_parquet,
 )
 from ihsweep.probing.metrics import EMERGENCE_METRICS, HEAD_MAXIMA, HEAD_SCORES
-from ihsweep.probing.scores import make_probe_batch, probe_model
+from ihsweep.probing.scores import make_probe_batches, probe_model
 from ihsweep.training.checkpoints import list_checkpoints, verify_checkpoint
 from ihsweep.training.events import write_probe_events
 from ihsweep.training.model import GPT, GPTConfig
@@ -92,14 +93,8 @@ def probe_checkpoint(ckpt: dict, probe: dict, device: torch.device) -> pd.DataFr
     model = GPT(GPTConfig(**ckpt["model_config"]))
     model.load_state_dict(load_checkpoint_weights(ckpt))  # verified: DamagedFile if damaged
     model.to(device)
-    batch = make_probe_batch(
-        model.cfg.vocab_size,
-        spec["context_size"],
-        probe["n_sequences"],
-        probe["max_half_length"],
-        probe["seed"],
-    )
-    heads, summary = probe_model(model, batch, min_layer=probe["min_layer"])
+    batch, control = make_probe_batches(model.cfg.vocab_size, spec["context_size"], probe)
+    heads, summary = probe_model(model, batch, control=control, min_layer=probe["min_layer"])
     heads = heads.assign(
         **{c: spec[c] for c in RUN_COLUMNS if c != "run_id"},
         run_id=spec["run_id"],
@@ -148,9 +143,7 @@ def probe_run(
         if key not in memo:
             cache = cache_dir / f"step_{ckpt['step']:06d}.parquet"
             cached = read_cached(cache, key)  # a damaged cache is named and recomputed
-            # The key covers the probe settings, not which scores exist: a cache written before
-            # a score was added lacks its column and is recomputed.
-            if cached is not None and {*HEAD_COLUMNS, *MODEL_COLUMNS} <= set(cached.columns):
+            if holds_every_score(cached):
                 memo[key] = cached
             else:
                 memo[key] = df = probe_checkpoint(ckpt, probe, device)
@@ -166,6 +159,13 @@ def probe_run(
             raise FileNotFoundError(f"no checkpoints under {run_dir}/ckpt")
         return pd.DataFrame(columns=HEAD_COLUMNS), pd.DataFrame(columns=MODEL_COLUMNS)
     return probe_tables(frames)
+
+
+def holds_every_score(cached: pd.DataFrame | None) -> bool:
+    """Whether a cached per-checkpoint frame has every column of the two tables. A cache key
+    covers the probe settings, not which scores exist: a cache written before a score was added
+    lacks its column and is recomputed."""
+    return cached is not None and {*HEAD_COLUMNS, *MODEL_COLUMNS} <= set(cached.columns)
 
 
 def probe_tables(frames: list[pd.DataFrame]) -> tuple[pd.DataFrame, pd.DataFrame]:

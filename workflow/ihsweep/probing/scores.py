@@ -1,5 +1,6 @@
 """The three induction-head probes of docs/method.md (#prefix-matching-score-ps,
-#logit-attribution-la, #associative-recall-ar), on one fixed probe batch (#the-probe-batch).
+#logit-attribution-la, #associative-recall-ar), on one fixed probe batch (#the-probe-batch), and
+PS's content part (#content-ps) from a control batch.
 
 A probe batch holds ``n`` sequences, each ``s`` distinct token ids repeated twice (length ``2s``).
 At a second-half position ``p`` (``s <= p < 2s``) the current token's earlier copy sits at
@@ -11,9 +12,13 @@ offset ``i = p - s`` predicts the token at ``(i + 1) % s``.
 - ``logit_attribution``: share of a head's positive, mean-centred boost over the sequence's ``s``
   token types that goes to B, per head.
 - ``associative_recall``: model-level accuracy and mean rank of B over the full vocabulary.
+- content PS (``ps_content``): PS on the probe batch minus PS on its control
+  (``make_control_batch``), which has the same first half and a second half that repeats
+  nothing; what is left is what a head scores because the tokens repeat, per head.
 
 Every score is a mean over the ``n * s`` (sequence, second-half position) instances. The score
-functions are pure and vectorised; ``probe_model`` runs a model once and applies all three.
+functions are pure and vectorised; ``probe_model`` runs a model on the two batches and applies
+them all.
 
 The model-level maxima ``ps_max`` and ``la_max`` are taken over the heads of layers
 ``min_layer`` and up (the study's ``probe.min_layer``, default 1). A layer-0 head cannot match
@@ -25,6 +30,11 @@ without copying anything. Models trained on text with injected copies learn exac
 rise passed for an induction head's first stage. ``min_layer = 0`` is the literal maximum over
 every head of docs/method.md#prefix-matching-score-ps. The per-head table always holds every
 head.
+
+A head in layer 1 or later can look back by position too, where the model knows positions
+relatively (rotary embeddings): on text with injected copies, llama-family runs learn a layer-1
+head that scores the same PS on the control as on the probe. ``ps_content_max`` is blind to
+such heads at any layer (docs/results.md#model-families).
 """
 
 from __future__ import annotations
@@ -40,7 +50,9 @@ from ihsweep.probing.metrics import HEAD_SCORES
 __all__ = [
     "associative_recall",
     "logit_attribution",
+    "make_control_batch",
     "make_probe_batch",
+    "make_probe_batches",
     "prefix_matching_score",
     "probe_model",
 ]
@@ -58,6 +70,45 @@ def make_probe_batch(
     Each row is ``s`` distinct ids drawn uniformly without replacement from ``range(vocab_size)``,
     then repeated once; no BOS. The same arguments always give the same batch.
     """
+    s = _checked_half_length(vocab_size, context_size, n_sequences, max_half_length)
+    return _distinct_rows(vocab_size, n_sequences, s, seed).repeat(1, 2)
+
+
+def make_control_batch(
+    vocab_size: int,
+    context_size: int,
+    n_sequences: int,
+    max_half_length: int,
+    seed: int,
+) -> torch.Tensor:
+    """The probe batch's control, LongTensor [n_sequences, 2s]: each row starts with the probe
+    row's ``s`` ids (same arguments, same draw) and goes on with ``s`` more that repeat none of
+    them, so the two batches differ only in whether the second half repeats the first.
+
+    PS on it measures what a head scores by position alone: the control puts the same token
+    types at the same positions up to ``s``, then gives a copying head no earlier copy to find
+    (docs/method.md#content-ps). Needs ``2s <= vocab_size``.
+    """
+    s = _checked_half_length(vocab_size, context_size, n_sequences, max_half_length)
+    if 2 * s > vocab_size:
+        raise ValueError(
+            f"the probe's control batch needs 2s = {2 * s} distinct ids per row, more than "
+            f"vocab_size = {vocab_size}; lower max_half_length to at most {vocab_size // 2}"
+        )
+    return _distinct_rows(vocab_size, n_sequences, 2 * s, seed)
+
+
+def make_probe_batches(
+    vocab_size: int, context_size: int, probe: dict
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The probe batch and its control as a study's ``probe`` settings draw them."""
+    args = (vocab_size, context_size, probe["n_sequences"], probe["max_half_length"])
+    return make_probe_batch(*args, probe["seed"]), make_control_batch(*args, probe["seed"])
+
+
+def _checked_half_length(
+    vocab_size: int, context_size: int, n_sequences: int, max_half_length: int
+) -> int:
     s = min(max_half_length, context_size // 2)
     if s < 2:
         raise ValueError(
@@ -71,13 +122,18 @@ def make_probe_batch(
         )
     if n_sequences < 1:
         raise ValueError(f"n_sequences must be >= 1, got {n_sequences}")
+    return s
+
+
+def _distinct_rows(vocab_size: int, n_rows: int, length: int, seed: int) -> torch.Tensor:
+    """[n_rows, length] ids, each row drawn uniformly without replacement. A longer draw with
+    the same seed extends a shorter one: the control batch's rows begin with the probe's."""
     gen = torch.Generator(device="cpu").manual_seed(seed)
     # The ranks of i.i.d. uniform keys form a uniformly random permutation, so the first s
     # positions of an argsort are a uniform draw without replacement. float64 keys make ties,
     # which argsort would break by index (a bias), vanishingly rare even for 50k-token vocabs.
-    keys = torch.rand(n_sequences, vocab_size, generator=gen, dtype=torch.float64)
-    first_half = keys.argsort(dim=1)[:, :s]
-    return first_half.repeat(1, 2).long()
+    keys = torch.rand(n_rows, vocab_size, generator=gen, dtype=torch.float64)
+    return keys.argsort(dim=1)[:, :length].long()
 
 
 def _half_length(tokens: torch.Tensor) -> int:
@@ -159,15 +215,17 @@ def _pearson(x: np.ndarray, y: np.ndarray) -> float:
 
 @torch.no_grad()
 def probe_model(
-    model: torch.nn.Module, batch: torch.Tensor, *, min_layer: int
+    model: torch.nn.Module, batch: torch.Tensor, *, control: torch.Tensor, min_layer: int
 ) -> tuple[pd.DataFrame, dict]:
-    """Run ``model`` once on a probe batch and score every head.
+    """Run ``model`` on a probe batch and its control (``make_probe_batches``) and score every
+    head.
 
-    Returns a DataFrame with one row per (layer, head) and columns ``layer, head, ps, la``, and a
-    dict with ``ar_acc, ar_rank``, ``ps_max, la_max`` (over the heads of layers ``min_layer`` and
-    up; see the module docstring) and ``ps_la_corr`` (Pearson r across all heads, NaN if
-    undefined). The model runs in eval mode; its previous training mode is restored. A
-    ``min_layer`` that leaves no head raises ValueError before the model runs.
+    Returns a DataFrame with one row per (layer, head) and columns ``layer, head, ps, la,
+    ps_content`` (PS on ``batch`` minus PS on ``control``), and a dict with ``ar_acc, ar_rank``,
+    ``ps_max, la_max, ps_content_max`` (over the heads of layers ``min_layer`` and up; see the
+    module docstring) and ``ps_la_corr`` (Pearson r across all heads, NaN if undefined). The
+    model runs in eval mode; its previous training mode is restored. A ``min_layer`` that leaves
+    no head raises ValueError before the model runs.
     """
     n_layer = len(model.blocks)
     if not 0 <= min_layer < n_layer:
@@ -176,23 +234,30 @@ def probe_model(
             f"use 0 <= min_layer < {n_layer}"
         )
     s = _half_length(batch)
+    if control.shape != batch.shape or not torch.equal(control[:, :s], batch[:, :s]):
+        raise ValueError("the control batch must have the probe batch's shape and first half")
     device = next(model.parameters()).device
-    batch = batch.to(device)
+    batch, control = batch.to(device), control.to(device)
     was_training = model.training
     model.eval()
     try:
         logits, cache = model(batch, cache=True)
+        _, control_cache = model(control, cache=True)
     finally:
         model.train(was_training)
 
     # float32 at least, so that a half-precision model is scored with the same arithmetic.
     W_U = model.W_U.float()
     rows = []
-    for layer, (pattern, z) in enumerate(zip(cache["pattern"], cache["z"], strict=True)):
+    layers = zip(cache["pattern"], cache["z"], control_cache["pattern"], strict=True)
+    for layer, (pattern, z, control_pattern) in enumerate(layers):
         ps = prefix_matching_score(pattern.float(), s)
         la = logit_attribution(z.float(), model.blocks[layer].attn.W_O().float(), W_U, batch, s)
-        for head, (ps_h, la_h) in enumerate(zip(ps.tolist(), la.tolist(), strict=True)):
-            rows.append({"layer": layer, "head": head, "ps": ps_h, "la": la_h})
+        ps_content = ps - prefix_matching_score(control_pattern.float(), s)
+        per_head = zip(ps.tolist(), la.tolist(), ps_content.tolist(), strict=True)
+        for head, (ps_h, la_h, content_h) in enumerate(per_head):
+            rows.append({"layer": layer, "head": head, "ps": ps_h, "la": la_h,
+                         "ps_content": content_h})  # fmt: skip
     heads = pd.DataFrame(rows, columns=["layer", "head", *HEAD_SCORES]).astype(
         {"layer": "int64", "head": "int64", **dict.fromkeys(HEAD_SCORES, "float64")}
     )

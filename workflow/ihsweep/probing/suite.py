@@ -216,22 +216,24 @@ def _check_architecture(where: str, suite: dict, configs: dict[str, Path]) -> No
             )
 
 
-def probe_half_length(suite: dict, probe: dict) -> int:
-    """``s``: the probe's repeated half, as ``make_probe_batch`` draws it for the suite."""
-    return min(probe["max_half_length"], suite["context_size"] // 2)
+def probe_distinct_ids(suite: dict, probe: dict) -> int:
+    """``2s``: the distinct ids a row of the probe's control batch holds for the suite
+    (``make_control_batch``), so the fewest the vocabulary may have."""
+    return 2 * min(probe["max_half_length"], suite["context_size"] // 2)
 
 
 def _check_vocabulary(
     name: str, suite: dict, probe: dict, revision: str, base_dir: str | os.PathLike
 ) -> None:
-    s = probe_half_length(suite, probe)
+    distinct = probe_distinct_ids(suite, probe)
     if suite["vocab_size"] is None:
-        tokenizer_size(name, suite, revision, base_dir, at_least=s)
-    elif suite["vocab_size"] < s:
+        tokenizer_size(name, suite, revision, base_dir, at_least=distinct)
+    elif suite["vocab_size"] < distinct:
         raise SuiteError(
             f"suites.{name}.vocab_size: {suite['vocab_size']} ids are fewer than the probe's "
-            f"s = min(probe.max_half_length, context_size // 2) = {s} distinct tokens; set "
-            f"vocab_size to the model's vocabulary or lower probe.max_half_length"
+            f"2s = 2 min(probe.max_half_length, context_size // 2) = {distinct} distinct tokens "
+            f"(its control batch's rows); set vocab_size to the model's vocabulary or lower "
+            f"probe.max_half_length"
         )
 
 
@@ -268,7 +270,7 @@ def probe_suite(
 
     revisions = revision_names(suite)
     vocab_size = suite["vocab_size"] or tokenizer_size(
-        name, suite, revisions[0], base_dir, at_least=probe_half_length(suite, probe)
+        name, suite, revisions[0], base_dir, at_least=probe_distinct_ids(suite, probe)
     )
     dtype = torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
     budget = max(revision_step(r) for r in revisions) * suite["batch_size"] * suite["context_size"]
@@ -305,6 +307,7 @@ def _revision_tables(
     from ihsweep.files.io import read_cached, write_parquet
     from ihsweep.probing import fingerprints
     from ihsweep.probing.hf import load_revision
+    from ihsweep.probing.run import holds_every_score
 
     (probe, vocab_size), (device, dtype) = probing, loading
     cache = cache_dir / f"{revision}.parquet"
@@ -312,6 +315,7 @@ def _revision_tables(
     print_cache = cache_dir / FINGERPRINT_CACHE / f"{revision}.parquet"
     print_key = fingerprints.cache_key(suite["model"], revision, dtype)
     heads = read_cached(cache, key)  # a damaged cache is named and recomputed
+    heads = heads if holds_every_score(heads) else None
     prints = read_cached(print_cache, print_key)
     if heads is not None and prints is not None:
         return heads, prints
@@ -376,7 +380,7 @@ def tokenizer_size(
 ) -> int:
     """The real vocabulary: the tokenizer's size, not the (padded) embedding's rows. A folder
     without tokenizer files gives transformers an empty tokenizer (one token): fewer than
-    ``at_least`` tokens (the probe's s) is refused, naming ``vocab_size``."""
+    ``at_least`` tokens (the probe's 2s) is refused, naming ``vocab_size``."""
     from transformers import AutoTokenizer
 
     source, git_revision = revision_source(suite, revision, base_dir)
