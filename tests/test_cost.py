@@ -219,9 +219,10 @@ ANALOG_B, ANALOG_C = 64, 64
 LIMIT_MB = 1500
 
 
-def analog_config(micro_batch) -> dict:
+def analog_config(micro_batch, family: str = "gpt2") -> dict:
+    model = ANALOG_MODEL if family == "gpt2" else {**ANALOG_MODEL, "family": family}
     return {
-        "models": {"deep": ANALOG_MODEL},
+        "models": {"deep": model},
         "datasets": {"web": {"family": "natural", "corpus": {"source": "kjv"}}},  # GPT-2 vocab
         "runs": [{"data": "web", "model": "deep", "batch_size": ANALOG_B, "context_size": 64}],
         "training": {"tokens": 2 * ANALOG_B * ANALOG_C, "log_every": 1, "val_batches": 1},
@@ -247,8 +248,9 @@ def test_validation_refuses_the_analog_cell_without_micro_batches():
 
 
 @pytest.mark.slow
-def test_analog_cell_trains_under_its_memory_limit_with_auto_micro_batches(tmp_path):
-    study = prepare(analog_config("auto"), SCHEMA)
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_analog_cell_trains_under_its_memory_limit_with_auto_micro_batches(family, tmp_path):
+    study = prepare(analog_config("auto", family), SCHEMA)
     (run,) = study.runs
     costed = StudyCost(study)
     micro_batch = costed.micro_batch(run)
