@@ -246,6 +246,19 @@ def test_the_difference_interval_covers_a_null_difference_about_95_percent():
     assert 0.85 <= 1 - np.mean(held) <= 1.0
 
 
+@pytest.mark.parametrize(
+    ("metric", "says"),
+    [("ps_content_max", "dated on content PS"), ("ps_max", r"date rotary models on ps\_content")],
+)
+def test_the_reports_paragraph_says_what_the_metric_can_date(metric, says):
+    from ihsweep.report.families import family_findings
+
+    table = two_family_table(0.7).assign(metric=metric)
+    comparison = compare_families(table, {"g": "gpt2", "l": "llama"}, 100, 0)
+    paragraph = family_findings({"families": comparison})
+    assert says in paragraph and "llama - gpt2: a 0." in paragraph
+
+
 def test_one_family_is_not_compared():
     table = two_family_table(0.37)
     assert compare_families(table, {"g": "gpt2", "l": "gpt2"}, 100, 0) is None

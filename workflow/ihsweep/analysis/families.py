@@ -24,9 +24,10 @@ COLUMNS = ["family", "quantity", "estimate", "ci_low", "ci_high"]
 def compare_families(
     emergence: pd.DataFrame, families: dict[str, str], n_boot: int, seed: int
 ) -> dict | None:
-    """Per family its law (``SHOWN`` with intervals, ``ok`` and ``reason``, ``models``) and the
-    differences from the reference family; None where the table's runs span one family only.
-    ``families`` maps each model name of the ``model`` column to its family."""
+    """Per family its law (``SHOWN`` with intervals, ``ok`` and ``reason``, ``models``), the
+    differences from the reference family and the emergence ``metric`` they date; None where
+    the table's runs span one family only. ``families`` maps each model name of the ``model``
+    column to its family."""
     runs = emergence[emergence["model"].isin(families)]
     present = sorted({families[m] for m in runs["model"]}, key=lambda f: (f != REFERENCE, f))
     if len(present) < 2:
@@ -45,7 +46,7 @@ def compare_families(
     reference = present[0]
     differences = {family: _difference(fits[family], fits[reference]) for family in present[1:]}
     return {"reference": reference, "families": per_family, "differences": differences,
-            "confidence": CONFIDENCE}  # fmt: skip
+            "confidence": CONFIDENCE, "metric": fits[reference]["metric"]}  # fmt: skip
 
 
 def _difference(fit: dict, reference: dict) -> dict:

@@ -35,12 +35,26 @@ def family_findings(fit: dict | None) -> str:
     intro = (
         "Model families: the law fitted to each family's runs alone, with its own bootstrap;"
         " the differences' 95% intervals are those of the two independent bootstraps"
-        " (families.csv). Check the llama runs' heads before reading these as induction"
-        " heads: with rotary positions a layer-1 head can look back by position and pass the PS"
-        " probe, as it did in the families study (docs/results.md#model-families;"
-        " bench/positional_control.py)."
+        " (families.csv). " + _metric_caveat(comparison.get("metric"))
     )
     return "\n\n".join([rst.text(intro), rst.list_table(rows), rst.text(" ".join(differences))])
+
+
+def _metric_caveat(metric: str | None) -> str:
+    """What the emergence metric can date on a rotary model (docs/method.md#content-ps)."""
+    if metric == "ps_content_max":
+        return (
+            "Emergence is dated on content PS, which a head that looks back by position alone"
+            " does not score (docs/method.md#content-ps)."
+        )
+    if metric == "ps_max":
+        return (
+            "Emergence is dated on ps_max: with rotary positions a layer-1 head can look back by"
+            " position and pass the PS probe, as the llama runs' did on our text"
+            " (docs/results.md#model-families); date rotary models on ps_content_max"
+            " (docs/method.md#content-ps)."
+        )
+    return f"Emergence is dated on {metric}."
 
 
 def _estimate(law: dict, key: str) -> str:
