@@ -231,8 +231,18 @@ def test_each_familys_law_and_their_difference_are_recovered():
     assert laws["llama"]["a"] == pytest.approx(0.7, abs=0.1)
     assert diff["a"] == pytest.approx(0.33, abs=0.1) and diff["a_excludes_zero"]
     assert diff["b"] == pytest.approx(0.0, abs=0.1)
+    # At the grid's centre the laws differ by what a does there: -0.33 log10 B*.
+    centre = comparison["centre"]
+    log_b, log_c = np.log10(centre["batch_size"]), np.log10(centre["context_size"])
+    assert diff["log10_U_centre"] == pytest.approx(
+        diff["log10_T"] - diff["a"] * log_b - diff["b"] * log_c
+    )
+    assert diff["log10_U_centre"] == pytest.approx(-0.33 * log_b, abs=0.1)
+    low, high = diff["log10_U_centre_ci"]
+    assert low < diff["log10_U_centre"] < high and diff["log10_U_centre_excludes_zero"]
     table = families_table(comparison)
     assert set(table["family"]) == {"gpt2", "llama", "llama - gpt2"}
+    assert "log10_U_centre" in set(table["quantity"])
     row = table[(table["family"] == "llama - gpt2") & (table["quantity"] == "a")].iloc[0]
     assert row["estimate"] == pytest.approx(laws["llama"]["a"] - laws["gpt2"]["a"])
 
@@ -257,6 +267,7 @@ def test_the_reports_paragraph_says_what_the_metric_can_date(metric, says):
     comparison = compare_families(table, {"g": "gpt2", "l": "llama"}, 100, 0)
     paragraph = family_findings({"families": comparison})
     assert says in paragraph and "llama - gpt2: a 0." in paragraph
+    assert "log10 updates at the centre" in paragraph and "(the grid's centre)" in paragraph
 
 
 def test_one_family_is_not_compared():

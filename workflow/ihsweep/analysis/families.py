@@ -6,6 +6,12 @@ own bootstrap, and every other family is compared with the reference family (gpt
 the differences of a, b and log10 T, each with the 95% interval of the differences of the two
 fits' bootstrap draws. The two bootstraps are independent (each family's runs are resampled
 by a seed of its own), so the interval of a difference is that of two independent estimates.
+
+log10 T is the law at B = C = 1, far outside any grid, and it moves with b: a family whose b
+is lower has a lower T for the same updates inside the grid. So each law is also read at the
+grid's centre (the geometric means of the runs' B and C, the same point for every family):
+``log10_U_centre = log10 T - a log10 B* - b log10 C*``, the log10 updates to IHs it predicts
+there, with its interval and the difference's.
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ from ihsweep.analysis.lawfit import CONFIDENCE, fit_law
 
 REFERENCE = "gpt2"
 COEFFICIENTS = ("log10_T", "a", "b")  # the order of a fit's bootstrap draws
-SHOWN = ("a", "b", "log10_T", "r", "n_runs")
+CENTRE = "log10_U_centre"  # the law's log10 updates at the grid's centre
+COMPARED = (*COEFFICIENTS, CENTRE)
+SHOWN = ("a", "b", "log10_T", CENTRE, "r", "n_runs")
 COLUMNS = ["family", "quantity", "estimate", "ci_low", "ci_high"]
 
 
@@ -32,32 +40,49 @@ def compare_families(
     present = sorted({families[m] for m in runs["model"]}, key=lambda f: (f != REFERENCE, f))
     if len(present) < 2:
         return None
+    centre = {key: float(np.exp(np.log(runs[key].astype(float)).mean()))
+              for key in ("batch_size", "context_size")}  # fmt: skip
     fits, per_family = {}, {}
     for index, family in enumerate(present):
         models = sorted(m for m, f in families.items() if f == family)
         own_seed = int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
         fit = fit_law(runs[runs["model"].isin(models)], n_boot, own_seed)  # n_runs: emerged
-        fits[family] = fit
+        fit = fits[family] = {**fit, **_at_centre(fit, centre)}
         per_family[family] = {
             "ok": fit["ok"], "reason": fit["reason"], "models": models, "seed": own_seed,
             **{key: fit.get(key) for key in SHOWN},
-            **{f"{key}_ci": fit.get(f"{key}_ci") for key in COEFFICIENTS},
+            **{f"{key}_ci": fit.get(f"{key}_ci") for key in COMPARED},
         }  # fmt: skip
     reference = present[0]
     differences = {family: _difference(fits[family], fits[reference]) for family in present[1:]}
     return {"reference": reference, "families": per_family, "differences": differences,
-            "confidence": CONFIDENCE, "metric": fits[reference]["metric"]}  # fmt: skip
+            "confidence": CONFIDENCE, "metric": fits[reference]["metric"],
+            "centre": centre}  # fmt: skip
+
+
+def _at_centre(fit: dict, centre: dict) -> dict:
+    """The law's log10 updates at the grid's centre, its interval, and one value per bootstrap
+    draw (``centre_draws``); None and no draws for a law that did not fit."""
+    if not fit["ok"]:
+        return {CENTRE: None, f"{CENTRE}_ci": None, "centre_draws": []}
+    point = np.array([1.0, -np.log10(centre["batch_size"]), -np.log10(centre["context_size"])])
+    draws = np.asarray(fit["boot_draws"], dtype=float) @ point
+    tail = 100 * (1 - CONFIDENCE) / 2
+    estimate = float(np.dot([fit[key] for key in COEFFICIENTS], point))
+    return {CENTRE: estimate, f"{CENTRE}_ci": np.percentile(draws, [tail, 100 - tail]).tolist(),
+            "centre_draws": draws.tolist()}  # fmt: skip
 
 
 def _difference(fit: dict, reference: dict) -> dict:
-    """``fit`` minus ``reference`` per coefficient: the estimate and its bootstrap interval."""
+    """``fit`` minus ``reference`` per coefficient and at the grid's centre: the estimate and
+    its bootstrap interval."""
     if not (fit["ok"] and reference["ok"]):
         return {"ok": False, "reason": fit["reason"] or reference["reason"]}
-    mine, theirs = np.asarray(fit["boot_draws"]), np.asarray(reference["boot_draws"])
+    mine, theirs = (np.column_stack([f["boot_draws"], f["centre_draws"]]) for f in (fit, reference))
     n = min(len(mine), len(theirs))
     out = {"ok": True, "reason": ""}
     tail = 100 * (1 - CONFIDENCE) / 2
-    for column, key in enumerate(COEFFICIENTS):
+    for column, key in enumerate(COMPARED):
         draws = mine[:n, column] - theirs[:n, column]
         low, high = np.percentile(draws, [tail, 100 - tail])
         out[key] = float(fit[key] - reference[key])
@@ -77,7 +102,7 @@ def families_table(comparison: dict | None) -> pd.DataFrame:
             ci = law.get(f"{key}_ci") or [None, None]
             rows.append([family, key, law.get(key), *ci])
     for family, diff in comparison["differences"].items():
-        for key in COEFFICIENTS if diff["ok"] else ():
+        for key in COMPARED if diff["ok"] else ():
             rows.append([f"{family} - {comparison['reference']}", key, diff[key],
                          *diff[f"{key}_ci"]])  # fmt: skip
     return pd.DataFrame(rows, columns=COLUMNS)

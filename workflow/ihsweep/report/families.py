@@ -15,8 +15,12 @@ def family_findings(fit: dict | None) -> str:
         return ""
     laws = comparison["families"]
     rows = [["", *(f"{family} [95% CI]" for family in laws)]]
+    centre = comparison.get("centre") or {}
+    at_centre = "log10 updates at B {}, C {} (the grid's centre)".format(
+        *(rst.number(centre.get(key)) for key in ("batch_size", "context_size"))
+    )
     for key, label in (("a", "a (exponent of B)"), ("b", "b (exponent of C)"),
-                       ("log10_T", "log10 T")):  # fmt: skip
+                       ("log10_T", "log10 T"), ("log10_U_centre", at_centre)):  # fmt: skip
         rows.append([label, *(_estimate(law, key) for law in laws.values())])
     rows.append(["r", *(rst.number(law.get("r")) for law in laws.values())])
     rows.append(["runs fitted", *(str(law.get("n_runs", 0)) for law in laws.values())])
@@ -27,9 +31,14 @@ def family_findings(fit: dict | None) -> str:
                                f" ({diff['reason']}).")  # fmt: skip
             continue
         parts = [
-            f"{key} {rst.number(diff[key])} {rst.interval(diff[f'{key}_ci'])}"
+            f"{label} {rst.number(diff[key])} {rst.interval(diff[f'{key}_ci'])}"
             + (" (excludes 0)" if diff[f"{key}_excludes_zero"] else "")
-            for key in ("a", "b", "log10_T")
+            for key, label in (
+                ("a", "a"),
+                ("b", "b"),
+                ("log10_T", "log10 T"),
+                ("log10_U_centre", "log10 updates at the centre"),
+            )  # fmt: skip
         ]
         differences.append(f"{family} - {comparison['reference']}: " + ", ".join(parts) + ".")
     intro = (
