@@ -152,6 +152,21 @@ def test_a_bad_spec_is_refused(tmp_path):
     assert not (tmp_path / "bad" / "emergence.csv").exists()
 
 
+def test_a_table_probed_before_its_metric_existed_is_named_with_the_fix(tmp_path, capsys):
+    # Tables probed before content PS (these lack ps_content_max) serve ps_max as before; a
+    # study that dates content PS gets one line naming the first such table and its fix.
+    tables = write_tables(tmp_path)
+    specs = ["--emergence", json.dumps({**EMERGENCE, "metric": "ps_content_max"})]
+    argv = ["--model-tables", *map(str, tables), *specs, "--out-dir", str(tmp_path / "out")]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"damaged probe table {tables[0]}: missing columns ps_content_max; remove it and run "
+        f"`snakemake {tables[0]}`, then `snakemake`: the probe step rewrites it"
+    )
+    assert not (tmp_path / "out").exists()
+
+
 # --- runs that ended early: stopped once emergence was confirmed, or diverged -------------
 
 STOPPED, DIVERGED, DIVERGED_AT_START = "toy_B8_C32_s0", "toy_B16_C64_s0", "toy_B32_C64_s0"

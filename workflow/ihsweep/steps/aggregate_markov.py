@@ -67,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     def path(name: str) -> Path:
         return Path(layout.aggregate_file(name, out))
 
-    model_table = pd.concat(map(read_probe_table, args.model_tables), ignore_index=True)
+    # A table probed before its metric existed (ps_content_max) is named with the fix.
+    checked = [read_probe_table(table, (spec["metric"],)) for table in args.model_tables]
+    model_table = pd.concat(checked, ignore_index=True)
     unknown = sorted(set(model_table["data"]) - set(datasets))
     if unknown:
         print(f"runs on datasets missing from --datasets: {unknown}", file=sys.stderr)

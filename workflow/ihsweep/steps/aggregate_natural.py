@@ -69,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     def path(name: str) -> Path:
         return Path(layout.aggregate_file(name, out))
 
-    model_table = pd.concat(map(read_probe_table, args.model_tables), ignore_index=True)
+    # A table probed before its metric existed (ps_content_max) is named with the fix.
+    checked = [read_probe_table(table, (spec["metric"],)) for table in args.model_tables]
+    model_table = pd.concat(checked, ignore_index=True)
     # A suite's duplicate revisions are left out before anything is dated (docs/checkpoints.md).
     model_table = fitted_revisions(model_table, duplicates, args.keep_duplicates)
     emergence = mark_undetermined(emergence_table(model_table, spec), duplicates)
