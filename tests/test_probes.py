@@ -15,7 +15,6 @@ from ihsweep.probing.run import MODEL_COLUMNS
 from ihsweep.probing.scores import (
     associative_recall,
     logit_attribution,
-    make_control_batch,
     make_probe_batch,
     make_probe_batches,
     prefix_matching_score,
@@ -422,13 +421,16 @@ def test_the_control_batch_shares_the_first_half_and_repeats_nothing():
     batch, control = batches(200, 64, n_sequences=9)  # s = 32
     assert control.shape == batch.shape and control.dtype == torch.long
     assert torch.equal(control[:, :32], batch[:, :32])
+    # The probe batch is make_probe_batch's: one draw, whichever function makes it.
+    alone = make_probe_batch(200, 64, n_sequences=9, max_half_length=50, seed=1234)
+    assert torch.equal(batch, alone)
     assert all(len(set(row)) == 64 for row in control.tolist())  # no id twice in a row
 
 
 def test_the_control_batch_needs_two_s_distinct_ids():
     make_probe_batch(50, 80, n_sequences=2, max_half_length=50, seed=1)  # s = 40 fits
     with pytest.raises(ValueError, match="2s = 80 distinct ids.*vocab_size = 50.*at most 25"):
-        make_control_batch(50, 80, n_sequences=2, max_half_length=50, seed=1)
+        make_probe_batches(50, 80, {"n_sequences": 2, "max_half_length": 50, "seed": 1})
 
 
 def test_probe_model_rejects_a_control_that_does_not_match_the_batch():

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ihsweep.analysis.lawfit import CONFIDENCE, fit_law
+from ihsweep.analysis.lawfit import CONFIDENCE, fit_law, percentile_ci
 
 REFERENCE = "gpt2"
 COEFFICIENTS = ("log10_T", "a", "b")  # the order of a fit's bootstrap draws
@@ -67,9 +67,8 @@ def _at_centre(fit: dict, centre: dict) -> dict:
         return {CENTRE: None, f"{CENTRE}_ci": None, "centre_draws": []}
     point = np.array([1.0, -np.log10(centre["batch_size"]), -np.log10(centre["context_size"])])
     draws = np.asarray(fit["boot_draws"], dtype=float) @ point
-    tail = 100 * (1 - CONFIDENCE) / 2
     estimate = float(np.dot([fit[key] for key in COEFFICIENTS], point))
-    return {CENTRE: estimate, f"{CENTRE}_ci": np.percentile(draws, [tail, 100 - tail]).tolist(),
+    return {CENTRE: estimate, f"{CENTRE}_ci": percentile_ci(draws),
             "centre_draws": draws.tolist()}  # fmt: skip
 
 

@@ -176,9 +176,9 @@ def _fit(runs, y, x, resamples, offset, fixed: tuple[float, float] | None = None
         "a": _num(coef[1]),
         "b": _num(coef[2]),
         "T": _num(10.0 ** coef[0]),
-        "log10_T_ci": _ci(boot[:, 0]),
-        "a_ci": None if fixed else _ci(boot[:, 1]),
-        "b_ci": None if fixed else _ci(boot[:, 2]),
+        "log10_T_ci": percentile_ci(boot[:, 0]),
+        "a_ci": None if fixed else percentile_ci(boot[:, 1]),
+        "b_ci": None if fixed else percentile_ci(boot[:, 2]),
         "n_boot_used": len(boot),
         "boot_draws": [[_num(v) for v in row] for row in boot],
         "r": _pearson(predicted, y),
@@ -390,7 +390,7 @@ def _size_test(runs: pd.DataFrame, resamples: np.ndarray) -> dict:
         return {"c_note": "n_params is collinear with B and C; its effect cannot be separated"}
     coef = _ols(x, y)
     boot = _bootstrap(x, y, resamples)
-    ci = _ci(boot[:, -1])
+    ci = percentile_ci(boot[:, -1])
     fitted = dict(zip(["log10_T", *terms], (_num(v) for v in coef), strict=False))
     constant = [symbol for t, _, symbol in EXPONENTS if t not in terms]
     # Each draw as [log10_T, a, b, c], None for an exponent of a constant B or C.
@@ -411,7 +411,8 @@ def _size_test(runs: pd.DataFrame, resamples: np.ndarray) -> dict:
     }
 
 
-def _ci(samples: np.ndarray) -> list[float] | None:
+def percentile_ci(samples: np.ndarray) -> list[float] | None:
+    """The ``CONFIDENCE`` percentile interval of bootstrap draws; None for fewer than two."""
     if len(samples) < 2:
         return None
     tail = 100 * (1 - CONFIDENCE) / 2

@@ -13,7 +13,7 @@ offset ``i = p - s`` predicts the token at ``(i + 1) % s``.
   token types that goes to B, per head.
 - ``associative_recall``: model-level accuracy and mean rank of B over the full vocabulary.
 - content PS (``ps_content``): PS on the probe batch minus PS on its control
-  (``make_control_batch``), which has the same first half and a second half that repeats
+  (``make_probe_batches``), which has the same first half and a second half that repeats
   nothing; what is left is what a head scores because the tokens repeat, per head.
 
 Every score is a mean over the ``n * s`` (sequence, second-half position) instances. The score
@@ -50,7 +50,6 @@ from ihsweep.probing.metrics import HEAD_SCORES
 __all__ = [
     "associative_recall",
     "logit_attribution",
-    "make_control_batch",
     "make_probe_batch",
     "make_probe_batches",
     "prefix_matching_score",
@@ -74,36 +73,28 @@ def make_probe_batch(
     return _distinct_rows(vocab_size, n_sequences, s, seed).repeat(1, 2)
 
 
-def make_control_batch(
-    vocab_size: int,
-    context_size: int,
-    n_sequences: int,
-    max_half_length: int,
-    seed: int,
-) -> torch.Tensor:
-    """The probe batch's control, LongTensor [n_sequences, 2s]: each row starts with the probe
-    row's ``s`` ids (same arguments, same draw) and goes on with ``s`` more that repeat none of
-    them, so the two batches differ only in whether the second half repeats the first.
+def make_probe_batches(
+    vocab_size: int, context_size: int, probe: dict
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The probe batch (``make_probe_batch``) and its control as a study's ``probe`` settings
+    draw them, two LongTensors [n_sequences, 2s].
 
-    PS on it measures what a head scores by position alone: the control puts the same token
-    types at the same positions up to ``s``, then gives a copying head no earlier copy to find
-    (docs/method.md#content-ps). Needs ``2s <= vocab_size``.
+    Each control row starts with the probe row's ``s`` ids and goes on with ``s`` more that
+    repeat none of them (one draw of ``2s`` distinct ids, the probe keeping the first ``s``), so
+    the two batches differ only in whether the second half repeats the first. PS on the control
+    measures what a head scores by position alone: the same token types sit at the same
+    positions up to ``s``, then a copying head finds no earlier copy (docs/method.md#content-ps).
+    Needs ``2s <= vocab_size``.
     """
-    s = _checked_half_length(vocab_size, context_size, n_sequences, max_half_length)
+    n, seed = probe["n_sequences"], probe["seed"]
+    s = _checked_half_length(vocab_size, context_size, n, probe["max_half_length"])
     if 2 * s > vocab_size:
         raise ValueError(
             f"the probe's control batch needs 2s = {2 * s} distinct ids per row, more than "
             f"vocab_size = {vocab_size}; lower max_half_length to at most {vocab_size // 2}"
         )
-    return _distinct_rows(vocab_size, n_sequences, 2 * s, seed)
-
-
-def make_probe_batches(
-    vocab_size: int, context_size: int, probe: dict
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The probe batch and its control as a study's ``probe`` settings draw them."""
-    args = (vocab_size, context_size, probe["n_sequences"], probe["max_half_length"])
-    return make_probe_batch(*args, probe["seed"]), make_control_batch(*args, probe["seed"])
+    control = _distinct_rows(vocab_size, n, 2 * s, seed)
+    return control[:, :s].repeat(1, 2), control
 
 
 def _checked_half_length(
@@ -127,7 +118,8 @@ def _checked_half_length(
 
 def _distinct_rows(vocab_size: int, n_rows: int, length: int, seed: int) -> torch.Tensor:
     """[n_rows, length] ids, each row drawn uniformly without replacement. A longer draw with
-    the same seed extends a shorter one: the control batch's rows begin with the probe's."""
+    the same seed extends a shorter one, so ``make_probe_batch``'s rows are the first ``s`` of
+    ``make_probe_batches``' control."""
     gen = torch.Generator(device="cpu").manual_seed(seed)
     # The ranks of i.i.d. uniform keys form a uniformly random permutation, so the first s
     # positions of an argsort are a uniform draw without replacement. float64 keys make ties,

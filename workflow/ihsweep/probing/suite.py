@@ -218,7 +218,7 @@ def _check_architecture(where: str, suite: dict, configs: dict[str, Path]) -> No
 
 def probe_distinct_ids(suite: dict, probe: dict) -> int:
     """``2s``: the distinct ids a row of the probe's control batch holds for the suite
-    (``make_control_batch``), so the fewest the vocabulary may have."""
+    (``make_probe_batches``), so the fewest the vocabulary may have."""
     return 2 * min(probe["max_half_length"], suite["context_size"] // 2)
 
 
